@@ -1,0 +1,1 @@
+//! Conformance suite: etcdctl scenarios replayed on real etcd and through the proxy. Skeleton until its issue lands.

@@ -1,0 +1,1 @@
+//! Deterministic chaos simulation of the proxy (turmoil). Skeleton until its issue lands.
