@@ -1,0 +1,368 @@
+//! Command line: `etcd-grpc-proxy start [flags]`, with the flag names and defaults of `etcd grpc-proxy start`.
+//!
+//! Flags this proxy implements are parsed into a [`Config`]. Every other flag of etcd's proxy is recognised, and
+//! accepted only at its default (where it changes nothing); any other value is rejected with a message naming it
+//! as not supported yet, so that a deployment never silently loses a behaviour it asked for.
+
+use std::time::Duration;
+
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+
+use crate::config::{Config, Endpoint, KeepAlive, parse_listen_addr};
+
+/// Flags implemented by this proxy.
+#[derive(Args, Debug)]
+struct StartArgs {
+    /// Address to listen on for gRPC and HTTP (host:port)
+    #[arg(long, default_value = "127.0.0.1:23790")]
+    listen_addr: String,
+    /// Comma-separated etcd endpoints (host:port or http://host:port)
+    #[arg(long, default_value = "127.0.0.1:2379")]
+    endpoints: String,
+    /// Log at debug level
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    debug: bool,
+    /// Largest message sent to etcd, in bytes
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_SEND_BYTES)]
+    max_send_bytes: usize,
+    /// Largest message accepted from clients and from etcd, in bytes
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_RECV_BYTES)]
+    max_recv_bytes: usize,
+    /// Time limit of one connection attempt to an etcd endpoint (Go duration, e.g. 5s)
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    dial_timeout: Duration,
+    /// Keep-alive ping interval towards etcd (0 disables)
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    dial_keepalive_time: Duration,
+    /// Keep-alive ping timeout towards etcd
+    #[arg(long, default_value = "20s", value_parser = parse_go_duration)]
+    dial_keepalive_timeout: Duration,
+    /// Ping etcd even when no call is open
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    permit_without_stream: bool,
+    /// Keep-alive ping interval towards clients
+    #[arg(long, default_value = "2h", value_parser = parse_go_duration)]
+    grpc_keepalive_interval: Duration,
+    /// Keep-alive ping timeout towards clients
+    #[arg(long, default_value = "20s", value_parser = parse_go_duration)]
+    grpc_keepalive_timeout: Duration,
+    /// Concurrent HTTP/2 streams per client connection
+    #[arg(long, default_value_t = u32::MAX)]
+    max_concurrent_streams: u32,
+    /// Seed of the proxy's random choices (default: drawn from the OS at start and logged)
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
+const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
+    ("advertise-client-url", ""),
+    ("resolver-prefix", ""),
+    ("resolver-ttl", "0"),
+    ("namespace", ""),
+    ("metrics-addr", ""),
+    ("endpoints-auto-sync-interval", "0s"),
+    ("discovery-srv", ""),
+    ("discovery-srv-name", ""),
+    ("insecure-discovery", "false"),
+    ("cert", ""),
+    ("key", ""),
+    ("cacert", ""),
+    ("insecure-skip-tls-verify", "false"),
+    ("cert-file", ""),
+    ("key-file", ""),
+    ("trusted-ca-file", ""),
+    ("client-crl-file", ""),
+    ("auto-tls", "false"),
+    ("self-signed-cert-validity", "1"),
+    ("listen-cipher-suites", ""),
+    ("tls-min-version", "TLS1.2"),
+    ("tls-max-version", ""),
+    ("grpc-keepalive-min-time", "5s"),
+    ("enable-pprof", "false"),
+    ("experimental-serializable-ordering", "false"),
+    ("experimental-leasing-prefix", ""),
+    ("experimental-enable-grpc-logging", "false"),
+];
+
+/// Flags accepted and ignored because they only matter together with a flag that is not supported yet.
+const ACCEPTED_UNUSED: &[(&str, &str)] = &[("data-dir", "default.proxy")];
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub struct Cli {
+    pub config: Config,
+    pub debug: bool,
+    /// Whether the seed came from `--seed` (otherwise the caller drew it from the OS).
+    pub seed_given: bool,
+}
+
+fn command() -> Command {
+    let mut start = StartArgs::augment_args(Command::new("start").about("Start the gRPC proxy"));
+    for (name, default) in NOT_YET_SUPPORTED.iter().chain(ACCEPTED_UNUSED) {
+        let mut arg = Arg::new(*name)
+            .long(*name)
+            .action(ArgAction::Set)
+            .default_value(*default)
+            .hide(true);
+        if *default == "false" {
+            arg = arg.num_args(0..=1).default_missing_value("true");
+        }
+        start = start.arg(arg);
+    }
+    Command::new("etcd-grpc-proxy")
+        .about("A drop-in replacement for `etcd grpc-proxy start`")
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(start)
+}
+
+/// Parses the command line; `os_seed` supplies the seed when `--seed` is absent.
+/// Errors are clap errors, so that `main` prints them the way users expect and exits non-zero.
+pub fn parse<I, T>(args: I, os_seed: impl FnOnce() -> u64) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    let start = matches
+        .subcommand_matches("start")
+        .expect("start is the only subcommand and it is required");
+    let invalid = |msg: String| cmd.clone().error(clap::error::ErrorKind::InvalidValue, msg);
+    reject_unsupported(start).map_err(invalid)?;
+    let args = StartArgs::from_arg_matches(start)?;
+    into_config(args, os_seed).map_err(invalid)
+}
+
+fn reject_unsupported(matches: &ArgMatches) -> Result<(), String> {
+    for (name, default) in NOT_YET_SUPPORTED {
+        let value = matches
+            .get_one::<String>(name)
+            .map(String::as_str)
+            .unwrap_or(default);
+        if value != *default {
+            return Err(format!(
+                "flag --{name} is not supported yet by etcd-grpc-proxy (given {value:?}; only its default {default:?} is accepted)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, String> {
+    let endpoints = args
+        .endpoints
+        .split(',')
+        .filter(|e| !e.trim().is_empty())
+        .map(Endpoint::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    if endpoints.is_empty() {
+        return Err("--endpoints: at least one endpoint is required".into());
+    }
+    let listen_addr =
+        parse_listen_addr(&args.listen_addr).map_err(|e| format!("--listen-addr: {e}"))?;
+    if args.max_send_bytes == 0 || args.max_recv_bytes == 0 {
+        return Err("--max-send-bytes and --max-recv-bytes must be greater than 0".into());
+    }
+    if args.max_send_bytes > args.max_recv_bytes {
+        return Err(format!(
+            "gRPC message recv limit ({} bytes) must be greater than send limit ({} bytes)",
+            args.max_recv_bytes, args.max_send_bytes
+        ));
+    }
+    if args.dial_timeout.is_zero() {
+        return Err("--dial-timeout must be greater than 0".into());
+    }
+    let seed_given = args.seed.is_some();
+    let mut config = Config::new(endpoints, listen_addr, args.seed.unwrap_or_else(os_seed));
+    config.max_send_bytes = args.max_send_bytes;
+    config.max_recv_bytes = args.max_recv_bytes;
+    config.dial_timeout = args.dial_timeout;
+    config.upstream_keepalive = KeepAlive {
+        interval: (!args.dial_keepalive_time.is_zero()).then_some(args.dial_keepalive_time),
+        timeout: args.dial_keepalive_timeout,
+        while_idle: args.permit_without_stream,
+    };
+    config.client_keepalive = KeepAlive {
+        interval: (!args.grpc_keepalive_interval.is_zero()).then_some(args.grpc_keepalive_interval),
+        timeout: args.grpc_keepalive_timeout,
+        while_idle: true,
+    };
+    config.max_concurrent_streams = args.max_concurrent_streams;
+    Ok(Cli {
+        config,
+        debug: args.debug,
+        seed_given,
+    })
+}
+
+/// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `0`): what etcd's flags accept.
+pub fn parse_go_duration(raw: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {raw:?} (expected e.g. 500ms, 5s, 2h45m)");
+    if raw == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = raw;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds_per_unit = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += number * seconds_per_unit;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(args: &[&str]) -> Cli {
+        parse(
+            std::iter::once("etcd-grpc-proxy").chain(args.iter().copied()),
+            || 7,
+        )
+        .unwrap()
+    }
+
+    fn parse_err(args: &[&str]) -> String {
+        parse(
+            std::iter::once("etcd-grpc-proxy").chain(args.iter().copied()),
+            || 7,
+        )
+        .unwrap_err()
+        .to_string()
+    }
+
+    #[test]
+    fn defaults_are_etcds() {
+        let cli = parse_ok(&["start"]);
+        assert_eq!(cli.config.listen_addr, "127.0.0.1:23790".parse().unwrap());
+        assert_eq!(
+            cli.config.endpoints,
+            vec![Endpoint::parse("127.0.0.1:2379").unwrap()]
+        );
+        assert_eq!(cli.config.max_send_bytes, 1_572_864);
+        assert_eq!(cli.config.max_recv_bytes, i32::MAX as usize);
+        assert_eq!(cli.config.dial_timeout, Duration::from_secs(5));
+        assert_eq!(cli.config.seed, 7);
+        assert!(!cli.seed_given && !cli.debug);
+    }
+
+    #[test]
+    fn implemented_flags_reach_the_config() {
+        let cli = parse_ok(&[
+            "start",
+            "--endpoints=http://127.0.0.1:1,127.0.0.1:2",
+            "--listen-addr",
+            "127.0.0.1:9",
+            "--debug",
+            "--max-send-bytes=10",
+            "--max-recv-bytes=20",
+            "--dial-timeout=250ms",
+            "--dial-keepalive-time=10s",
+            "--permit-without-stream=true",
+            "--seed=42",
+            "--data-dir=/tmp/x",
+        ]);
+        assert_eq!(cli.config.endpoints.len(), 2);
+        assert_eq!(cli.config.listen_addr.port(), 9);
+        assert!(cli.debug && cli.seed_given);
+        assert_eq!(
+            (cli.config.max_send_bytes, cli.config.max_recv_bytes),
+            (10, 20)
+        );
+        assert_eq!(cli.config.dial_timeout, Duration::from_millis(250));
+        assert_eq!(
+            cli.config.upstream_keepalive.interval,
+            Some(Duration::from_secs(10))
+        );
+        assert!(cli.config.upstream_keepalive.while_idle);
+        assert_eq!(cli.config.seed, 42);
+    }
+
+    #[test]
+    fn unsupported_flags_are_accepted_only_at_their_default() {
+        parse_ok(&[
+            "start",
+            "--namespace=",
+            "--auto-tls=false",
+            "--advertise-client-url=",
+        ]);
+        for flag in [
+            "--namespace=/app",
+            "--auto-tls",
+            "--cert-file=x.pem",
+            "--metrics-addr=http://127.0.0.1:1",
+        ] {
+            let err = parse_err(&["start", flag]);
+            let name = flag.trim_start_matches("--").split('=').next().unwrap();
+            assert!(
+                err.contains("not supported yet") && err.contains(name),
+                "{flag}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_input_is_rejected_with_a_message() {
+        for (args, needle) in [
+            (&["start", "--no-such-flag"][..], "--no-such-flag"),
+            (&["start", "--endpoints=http://"], "expected host:port"),
+            (
+                &["start", "--endpoints=https://127.0.0.1:2379"],
+                "not supported yet",
+            ),
+            (&["start", "--endpoints=,"], "at least one endpoint"),
+            (&["start", "--listen-addr=nowhere"], "--listen-addr"),
+            (
+                &["start", "--max-send-bytes=30", "--max-recv-bytes=20"],
+                "must be greater than send limit",
+            ),
+            (&["start", "--dial-timeout=5 seconds"], "invalid duration"),
+            (&["start", "--max-recv-bytes=-1"], "-1"),
+        ] {
+            let err = parse_err(args);
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn go_durations_parse_like_go() {
+        for (raw, want) in [
+            ("0", 0.0),
+            ("5s", 5.0),
+            ("300ms", 0.3),
+            ("1.5h", 5400.0),
+            ("2h45m", 9900.0),
+            ("1m30s", 90.0),
+            ("10us", 0.00001),
+        ] {
+            let got = parse_go_duration(raw).unwrap().as_secs_f64();
+            assert!((got - want).abs() < 1e-9, "{raw}: {got}");
+        }
+        for raw in ["", "5", "s", "5x", "-1s", "1..5s"] {
+            assert!(parse_go_duration(raw).is_err(), "{raw}");
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The proxy's configuration, independent of how it was obtained (flags in production, code in tests).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One etcd client endpoint, normalised to `host:port` (the scheme, if any, was `http://`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Endpoint(String);
+
+impl Endpoint {
+    /// Parses `host:port` or `http://host:port` (a trailing `/` is allowed). Other schemes are errors.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let trimmed = raw.trim();
+        let rest = if let Some(rest) = trimmed.strip_prefix("http://") {
+            rest
+        } else if trimmed.starts_with("https://") || trimmed.starts_with("unixs://") {
+            return Err(format!(
+                "endpoint {raw:?}: TLS towards etcd is not supported yet"
+            ));
+        } else if trimmed.starts_with("unix://") {
+            return Err(format!(
+                "endpoint {raw:?}: unix sockets are not supported yet"
+            ));
+        } else if trimmed.contains("://") {
+            return Err(format!(
+                "endpoint {raw:?}: unknown scheme (expected host:port or http://host:port)"
+            ));
+        } else {
+            trimmed
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let (host, port) =
+            split_host_port(rest).ok_or_else(|| format!("endpoint {raw:?}: expected host:port"))?;
+        if host.is_empty() || host.contains('/') {
+            return Err(format!("endpoint {raw:?}: missing or malformed host"));
+        }
+        port.parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| {
+                format!("endpoint {raw:?}: port must be a number between 1 and 65535")
+            })?;
+        Ok(Self(rest.to_string()))
+    }
+
+    /// `host:port`, as dialled and as shown in metrics labels.
+    pub fn authority(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Splits `host:port` and `[v6]:port`; `None` if there is no port or the host has stray colons.
+fn split_host_port(s: &str) -> Option<(&str, &str)> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return Some((host, after.strip_prefix(':')?));
+    }
+    let (host, port) = s.rsplit_once(':')?;
+    (!host.contains(':')).then_some((host, port))
+}
+
+/// Parses a listen address the way etcd accepts it: `ip:port`, or `localhost:port`.
+pub fn parse_listen_addr(raw: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = raw.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    match split_host_port(raw) {
+        Some(("localhost", port)) => port
+            .parse::<u16>()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .map_err(|_| format!("listen address {raw:?}: bad port")),
+        _ => Err(format!(
+            "listen address {raw:?}: expected ip:port (for example 127.0.0.1:23790)"
+        )),
+    }
+}
+
+/// Keep-alive settings of HTTP/2 connections (towards clients or towards etcd).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepAlive {
+    /// Ping after this much idle time; `None` disables pings.
+    pub interval: Option<Duration>,
+    /// Close the connection when a ping is not acknowledged within this time.
+    pub timeout: Duration,
+    /// Ping even when no call is open (towards etcd only).
+    pub while_idle: bool,
+}
+
+/// Everything `run` needs to know.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// etcd client endpoints; one is active at a time.
+    pub endpoints: Vec<Endpoint>,
+    /// Where gRPC and the HTTP admin routes are served.
+    pub listen_addr: SocketAddr,
+    /// Largest message the proxy sends to etcd (etcd's `--max-send-bytes`).
+    pub max_send_bytes: usize,
+    /// Largest message the proxy accepts, from clients and from etcd (etcd's `--max-recv-bytes`).
+    pub max_recv_bytes: usize,
+    /// How long one connection attempt to an endpoint may take.
+    pub dial_timeout: Duration,
+    /// HTTP/2 keep-alive towards etcd (`--dial-keepalive-*`, `--permit-without-stream`).
+    pub upstream_keepalive: KeepAlive,
+    /// HTTP/2 keep-alive towards clients (`--grpc-keepalive-interval`, `--grpc-keepalive-timeout`).
+    pub client_keepalive: KeepAlive,
+    /// Concurrent HTTP/2 streams per client connection.
+    pub max_concurrent_streams: u32,
+    /// Seed of every random choice the proxy makes, so that a run can be reproduced.
+    pub seed: u64,
+    /// How long graceful shutdown waits for in-flight calls before closing connections.
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// A configuration with etcd's defaults for the given endpoints; tests adjust fields from here.
+    pub fn new(endpoints: Vec<Endpoint>, listen_addr: SocketAddr, seed: u64) -> Self {
+        Self {
+            endpoints,
+            listen_addr,
+            max_send_bytes: DEFAULT_MAX_SEND_BYTES,
+            max_recv_bytes: DEFAULT_MAX_RECV_BYTES,
+            dial_timeout: Duration::from_secs(5),
+            upstream_keepalive: KeepAlive {
+                interval: None,
+                timeout: Duration::from_secs(20),
+                while_idle: false,
+            },
+            client_keepalive: KeepAlive {
+                interval: Some(Duration::from_secs(2 * 60 * 60)),
+                timeout: Duration::from_secs(20),
+                while_idle: true,
+            },
+            max_concurrent_streams: u32::MAX,
+            seed,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// etcd's default `--max-send-bytes`: 1.5 MiB, etcd's default request size limit.
+pub const DEFAULT_MAX_SEND_BYTES: usize = 1_572_864;
+/// etcd's default `--max-recv-bytes`: `math.MaxInt32`.
+pub const DEFAULT_MAX_RECV_BYTES: usize = i32::MAX as usize;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_accept_host_port_and_http_urls() {
+        for (raw, want) in [
+            ("127.0.0.1:2379", "127.0.0.1:2379"),
+            ("http://127.0.0.1:2379", "127.0.0.1:2379"),
+            ("http://etcd-0.example:2379/", "etcd-0.example:2379"),
+            (" localhost:1 ", "localhost:1"),
+            ("[::1]:2379", "[::1]:2379"),
+        ] {
+            assert_eq!(Endpoint::parse(raw).unwrap().authority(), want, "{raw}");
+        }
+    }
+
+    #[test]
+    fn malformed_endpoints_are_rejected_with_a_reason() {
+        for (raw, reason) in [
+            ("http://", "expected host:port"),
+            ("foo:bar:baz", "expected host:port"),
+            ("127.0.0.1", "expected host:port"),
+            ("127.0.0.1:0", "port must be"),
+            ("127.0.0.1:70000", "port must be"),
+            (":2379", "missing or malformed host"),
+            ("https://127.0.0.1:2379", "not supported yet"),
+            ("unix://sock", "not supported yet"),
+            ("ftp://x:1", "unknown scheme"),
+        ] {
+            let err = Endpoint::parse(raw).unwrap_err();
+            assert!(err.contains(reason), "{raw}: {err}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses_take_ips_and_localhost() {
+        assert_eq!(
+            parse_listen_addr("127.0.0.1:23790").unwrap(),
+            "127.0.0.1:23790".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_addr("localhost:7").unwrap(),
+            "127.0.0.1:7".parse().unwrap()
+        );
+        assert!(parse_listen_addr("example.com:1").is_err());
+        assert!(parse_listen_addr("127.0.0.1").is_err());
+    }
+}

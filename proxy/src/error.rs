@@ -1,0 +1,141 @@
+//! The one place that decides what status a client sees, and what an upstream failure means for failover.
+//!
+//! Upstream statuses reach clients unchanged. The exceptions are the proxy's own message-size limits, which are
+//! reported the way etcd (grpc-go) reports them, so that clients matching on etcd's errors keep working.
+
+use std::error::Error as _;
+
+use tonic::{Code, Status};
+
+use crate::net::ConnectFailed;
+
+const TONIC_DECODE_TOO_LARGE: &str = "Error, decoded message length too large: found ";
+
+/// etcd's error for a message larger than the receiver accepts.
+pub fn received_too_large(found: usize, limit: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "grpc: received message larger than max ({found} vs. {limit})"
+    ))
+}
+
+/// etcd's error for a message larger than the sender may send.
+pub fn sending_too_large(found: usize, limit: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "grpc: trying to send message larger than max ({found} vs. {limit})"
+    ))
+}
+
+/// Rewrites tonic's "decoded message length too large" (OutOfRange) into etcd's ResourceExhausted.
+/// Returns `None` for any other status.
+pub fn etcd_size_error(code: Code, message: &str) -> Option<Status> {
+    if code != Code::OutOfRange {
+        return None;
+    }
+    let rest = message.strip_prefix(TONIC_DECODE_TOO_LARGE)?;
+    let (found, rest) = rest.split_once(" bytes, the limit is: ")?;
+    let limit = rest.strip_suffix(" bytes")?;
+    Some(received_too_large(found.parse().ok()?, limit.parse().ok()?))
+}
+
+/// What a client sees for a failed upstream call.
+pub fn to_client(status: Status) -> Status {
+    if let Some(rewritten) = etcd_size_error(status.code(), status.message()) {
+        return rewritten;
+    }
+    if status.source().is_some() {
+        // A failure of the proxy's own connection to etcd, not an answer from etcd: keep the code, drop the
+        // transport internals from the client's view but keep them in the message for diagnosis.
+        return Status::new(status.code(), status.message().to_string());
+    }
+    status
+}
+
+/// Whether this failure says the endpoint cannot serve (so the proxy should move to another one).
+pub fn is_endpoint_failure(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable => true,
+        // Statuses built by tonic from a broken connection carry their cause; statuses sent by etcd do not.
+        Code::Unknown | Code::Internal | Code::Cancelled => {
+            status.source().is_some_and(|s| !is_deadline(s))
+        }
+        _ => false,
+    }
+}
+
+/// Whether the request provably never reached etcd: the connection it was to use could not be opened.
+pub fn never_sent(status: &Status) -> bool {
+    let mut source = status.source();
+    while let Some(err) = source {
+        if err.is::<ConnectFailed>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+fn is_deadline(err: &(dyn std::error::Error + 'static)) -> bool {
+    err.to_string().contains("Timeout expired")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tonic_size_errors_become_etcds_resource_exhausted() {
+        let status = etcd_size_error(
+            Code::OutOfRange,
+            "Error, decoded message length too large: found 2048 bytes, the limit is: 1024 bytes",
+        )
+        .unwrap();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(
+            status.message(),
+            "grpc: received message larger than max (2048 vs. 1024)"
+        );
+    }
+
+    #[test]
+    fn etcds_own_out_of_range_passes_unchanged() {
+        assert!(
+            etcd_size_error(
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted"
+            )
+            .is_none()
+        );
+        let status = to_client(Status::out_of_range(
+            "etcdserver: mvcc: required revision has been compacted",
+        ));
+        assert_eq!(status.code(), Code::OutOfRange);
+        assert_eq!(
+            status.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
+    }
+
+    #[test]
+    fn answers_from_etcd_are_not_endpoint_failures_except_unavailable() {
+        assert!(!is_endpoint_failure(&Status::invalid_argument(
+            "etcdserver: key is not provided"
+        )));
+        assert!(!is_endpoint_failure(&Status::unknown(
+            "something etcd said"
+        )));
+        assert!(is_endpoint_failure(&Status::unavailable(
+            "etcdserver: no leader"
+        )));
+    }
+
+    #[test]
+    fn connect_failures_are_recognised_as_never_sent() {
+        let connect = ConnectFailed {
+            authority: "127.0.0.1:1".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        let status = Status::from_error(Box::new(connect));
+        assert!(never_sent(&status));
+        assert!(!never_sent(&Status::unavailable("etcdserver: no leader")));
+    }
+}

@@ -1,0 +1,114 @@
+//! etcd-grpc-proxy: a drop-in replacement for `etcd grpc-proxy start`.
+//!
+//! Data flows one way: listener → services → upstream → etcd, and back.
+//!
+//! - [`net`]: the `Net` seam, the only code that touches sockets (`TokioNet` in production).
+//! - [`server`]: one listener for gRPC and the HTTP admin routes, per-RPC metrics, graceful shutdown.
+//! - [`kv`], [`watch`], [`lease`], [`cluster`], [`passthrough`]: the etcd services (Maintenance, Auth, Election
+//!   and Lock are plain pass-throughs).
+//! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
+//! - [`error`]: what status a client sees and what an upstream failure means.
+//! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
+//! - [`config`], [`cli`]: etcd's flags → [`Config`]. `main.rs` only parses, logs and calls [`run`].
+//!
+//! Rules that keep the proxy simulable: sockets only through [`net::Net`], time only through `tokio::time`,
+//! randomness only from the seed in [`Config`].
+
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod error;
+pub mod health;
+pub mod kv;
+pub mod lease;
+pub mod metrics;
+pub mod net;
+pub mod passthrough;
+pub mod server;
+pub mod upstream;
+pub mod watch;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::{Config, Endpoint};
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A proxy whose listener is bound but which does not serve yet; lets callers learn the port before serving.
+pub struct BoundProxy {
+    config: Config,
+    listener: Box<dyn net::Listener>,
+    net: Arc<dyn net::Net>,
+    local_addr: SocketAddr,
+}
+
+impl BoundProxy {
+    /// Binds `config.listen_addr` through `net`.
+    pub async fn bind(config: Config, net: Arc<dyn net::Net>) -> Result<Self, StartError> {
+        let addr = config.listen_addr;
+        let listener = net
+            .bind(addr)
+            .await
+            .map_err(|source| StartError::Listen { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Listen { addr, source })?;
+        Ok(Self {
+            config,
+            listener,
+            net,
+            local_addr,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+        let metrics = metrics::Metrics::new(prometheus::Registry::new())?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let upstream =
+            upstream::Upstream::new(&self.config, self.net, metrics.clone(), stop_rx.clone());
+        let app = Arc::new(server::App {
+            grpc: server::grpc_routes(&upstream, self.config.max_recv_bytes),
+            upstream,
+            metrics,
+        });
+        tracing::info!(addr = %self.local_addr, "started gRPC proxy");
+        let serving = server::serve(self.listener, app, &self.config, stop_rx);
+        tokio::pin!(serving);
+        tokio::select! {
+            _ = &mut serving => {}
+            _ = shutdown => {
+                tracing::info!("shutting down");
+                let _ = stop_tx.send(true);
+                serving.await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The whole proxy: binds, serves until `shutdown` completes, then shuts down gracefully.
+pub async fn run(
+    config: Config,
+    net: Arc<dyn net::Net>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    BoundProxy::bind(config, net).await?.serve(shutdown).await
+}

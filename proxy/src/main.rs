@@ -1,0 +1,73 @@
+//! `etcd-grpc-proxy start ...`: parses etcd's flags, sets up logging, and runs the proxy until SIGTERM or SIGINT.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use proxy::net::TokioNet;
+
+fn main() -> ExitCode {
+    let cli = match proxy::cli::parse(std::env::args_os(), os_seed) {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let level = if cli.debug { "debug" } else { "info" };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    tracing::info!(
+        seed = cli.config.seed,
+        from_flag = cli.seed_given,
+        "random seed"
+    );
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("etcd-grpc-proxy: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(proxy::run(
+        cli.config,
+        Arc::new(TokioNet),
+        shutdown_signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("etcd-grpc-proxy: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The seed when `--seed` is absent: drawn once from the OS.
+fn os_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    u64::from_le_bytes(bytes)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop the proxy with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

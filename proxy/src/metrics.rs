@@ -1,0 +1,176 @@
+//! The proxy's Prometheus metrics, registered in a registry owned by the running proxy (never a global one), so
+//! that several proxies in one process (tests, the simulation) keep separate counts.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every metric the proxy exports.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// RPCs started, by type, service and method (go-grpc-prometheus names).
+    pub grpc_started: IntCounterVec,
+    /// RPCs completed, by type, service, method and gRPC code.
+    pub grpc_handled: IntCounterVec,
+    /// Seconds from the start of an RPC to its status.
+    pub grpc_handling_seconds: HistogramVec,
+    /// 1 while the endpoint is believed reachable.
+    pub upstream_up: IntGaugeVec,
+    /// 1 for the endpoint currently serving.
+    pub upstream_active: IntGaugeVec,
+    /// Times the active endpoint was replaced after a failure.
+    pub upstream_failovers: IntCounter,
+    /// `/health` checks that passed and failed (etcd's names).
+    pub health_success: IntCounter,
+    pub health_failures: IntCounter,
+}
+
+const RPC_LABELS: [&str; 3] = ["grpc_type", "grpc_service", "grpc_method"];
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn new(registry: Registry) -> prometheus::Result<Self> {
+        let grpc_started = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_started_total",
+                "Total number of RPCs started on the server.",
+            ),
+            &RPC_LABELS,
+        )?;
+        let grpc_handled = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_handled_total",
+                "Total number of RPCs completed on the server, regardless of success or failure.",
+            ),
+            &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
+        )?;
+        let grpc_handling_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "grpc_server_handling_seconds",
+                "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+            )
+            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &RPC_LABELS,
+        )?;
+        let upstream_up = IntGaugeVec::new(
+            Opts::new(
+                "etcd_grpc_proxy_upstream_up",
+                "1 while the etcd endpoint is believed reachable, else 0.",
+            ),
+            &["endpoint"],
+        )?;
+        let upstream_active = IntGaugeVec::new(
+            Opts::new(
+                "etcd_grpc_proxy_upstream_active",
+                "1 for the etcd endpoint that currently serves requests.",
+            ),
+            &["endpoint"],
+        )?;
+        let upstream_failovers = IntCounter::new(
+            "etcd_grpc_proxy_upstream_failovers_total",
+            "Times the active etcd endpoint was replaced after a failure.",
+        )?;
+        let health_success = IntCounter::new(
+            "etcd_server_health_success",
+            "The total number of successful health checks",
+        )?;
+        let health_failures = IntCounter::new(
+            "etcd_server_health_failures",
+            "The total number of failed health checks",
+        )?;
+        registry.register(Box::new(grpc_started.clone()))?;
+        registry.register(Box::new(grpc_handled.clone()))?;
+        registry.register(Box::new(grpc_handling_seconds.clone()))?;
+        registry.register(Box::new(upstream_up.clone()))?;
+        registry.register(Box::new(upstream_active.clone()))?;
+        registry.register(Box::new(upstream_failovers.clone()))?;
+        registry.register(Box::new(health_success.clone()))?;
+        registry.register(Box::new(health_failures.clone()))?;
+        Ok(Self {
+            registry,
+            grpc_started,
+            grpc_handled,
+            grpc_handling_seconds,
+            upstream_up,
+            upstream_active,
+            upstream_failovers,
+            health_success,
+            health_failures,
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metrics; an error would mean a bug in registration.
+        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(%err, "encoding metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The go-grpc-prometheus `grpc_type` of an etcd method, from its full path.
+pub fn grpc_type(path: &str) -> &'static str {
+    match path {
+        "/etcdserverpb.Watch/Watch" | "/etcdserverpb.Lease/LeaseKeepAlive" => "bidi_stream",
+        "/etcdserverpb.Maintenance/Snapshot" | "/v3electionpb.Election/Observe" => "server_stream",
+        _ => "unary",
+    }
+}
+
+/// The go-grpc-prometheus `grpc_code` label for a numeric gRPC status code.
+pub fn code_label(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_proxies_keep_separate_counts() {
+        let a = Metrics::new(Registry::new()).unwrap();
+        let b = Metrics::new(Registry::new()).unwrap();
+        a.upstream_failovers.inc();
+        assert!(
+            a.render()
+                .contains("etcd_grpc_proxy_upstream_failovers_total 1")
+        );
+        assert!(
+            b.render()
+                .contains("etcd_grpc_proxy_upstream_failovers_total 0")
+        );
+    }
+
+    #[test]
+    fn streaming_methods_have_their_grpc_type() {
+        assert_eq!(grpc_type("/etcdserverpb.Watch/Watch"), "bidi_stream");
+        assert_eq!(
+            grpc_type("/etcdserverpb.Maintenance/Snapshot"),
+            "server_stream"
+        );
+        assert_eq!(grpc_type("/etcdserverpb.KV/Range"), "unary");
+    }
+}

@@ -1,0 +1,391 @@
+//! One listener for everything: gRPC (HTTP/2) and the admin routes `/health`, `/metrics`, `/proxy/health`,
+//! `/proxy/metrics` (HTTP/1.1 and HTTP/2), told apart per request. Also the per-RPC metrics and graceful shutdown.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tonic::body::Body;
+use tonic::service::Routes;
+use tower::ServiceExt;
+
+use crate::config::Config;
+use crate::metrics::{self, Metrics};
+use crate::net::Listener;
+use crate::upstream::Upstream;
+
+/// What every request handler needs.
+pub struct App {
+    pub grpc: Routes,
+    pub upstream: Arc<Upstream>,
+    pub metrics: Metrics,
+}
+
+/// Builds the gRPC routes: every etcd service, with the proxy's receive limit on what clients send.
+pub fn grpc_routes(upstream: &Arc<Upstream>, max_recv: usize) -> Routes {
+    use proto::etcdserverpb::{
+        auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
+        lease_server::LeaseServer, maintenance_server::MaintenanceServer,
+        watch_server::WatchServer,
+    };
+    use proto::v3electionpb::election_server::ElectionServer;
+    use proto::v3lockpb::lock_server::LockServer;
+
+    let passthrough = crate::passthrough::Passthrough::new(upstream.clone());
+    macro_rules! limited {
+        ($server:expr) => {
+            $server
+                .max_decoding_message_size(max_recv)
+                .max_encoding_message_size(usize::MAX)
+        };
+    }
+    Routes::new(limited!(KvServer::new(crate::kv::KvService::new(
+        upstream.clone()
+    ))))
+    .add_service(limited!(WatchServer::new(crate::watch::WatchService::new(
+        upstream.clone()
+    ))))
+    .add_service(limited!(LeaseServer::new(crate::lease::LeaseService::new(
+        upstream.clone()
+    ))))
+    .add_service(limited!(ClusterServer::new(
+        crate::cluster::ClusterService::new(upstream.clone())
+    )))
+    .add_service(limited!(MaintenanceServer::new(passthrough.clone())))
+    .add_service(limited!(AuthServer::new(passthrough.clone())))
+    .add_service(limited!(ElectionServer::new(passthrough.clone())))
+    .add_service(limited!(LockServer::new(passthrough)))
+    .prepare()
+}
+
+/// Accepts connections until `shutdown` turns true, then lets each connection finish its calls (streams are ended
+/// by the upstream relay) for up to `config.shutdown_grace` before closing it.
+pub async fn serve(
+    mut listener: Box<dyn Listener>,
+    app: Arc<App>,
+    config: &Config,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.max_concurrent_streams)
+        .keep_alive_interval(config.client_keepalive.interval)
+        .keep_alive_timeout(config.client_keepalive.timeout);
+    let grace = config.shutdown_grace;
+    let mut connections = JoinSet::new();
+    let connection_shutdown = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|down| *down) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((conn, peer)) => {
+                    tracing::debug!(%peer, "client connected");
+                    let builder = builder.clone();
+                    let app = app.clone();
+                    connections.spawn(serve_connection(builder, conn, app, connection_shutdown.clone(), grace));
+                }
+                Err(err) => {
+                    // Running out of file descriptors and the like: keep serving the connections we have.
+                    tracing::warn!(%err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    builder: auto::Builder<TokioExecutor>,
+    conn: crate::net::Conn,
+    app: Arc<App>,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let service = hyper::service::service_fn(move |request| handle(app.clone(), request));
+    let connection = builder.serve_connection(TokioIo::new(conn), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(err) = result {
+                tracing::debug!(%err, "client connection ended with an error");
+            }
+            return;
+        }
+        _ = shutdown.wait_for(|down| *down) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    if tokio::time::timeout(grace, connection).await.is_err() {
+        tracing::warn!(
+            "closing a client connection that did not finish within the shutdown grace period"
+        );
+    }
+}
+
+/// Routes one request: gRPC by content type, admin routes by path.
+async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let is_grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    if is_grpc {
+        return Ok(grpc(&app, request).await);
+    }
+    let response = match request.uri().path() {
+        "/health" | "/proxy/health" if request.method() == http::Method::GET => {
+            let health = crate::health::check(&app.upstream, &app.metrics).await;
+            plain(
+                StatusCode::from_u16(health.http_status()).unwrap_or(StatusCode::OK),
+                "application/json",
+                health.json(),
+            )
+        }
+        "/metrics" | "/proxy/metrics" if request.method() == http::Method::GET => plain(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            app.metrics.render(),
+        ),
+        "/health" | "/proxy/health" | "/metrics" | "/proxy/metrics" => {
+            let mut response = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "Method Not Allowed\n".into(),
+            );
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET"));
+            response
+        }
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "404 page not found\n".into(),
+        ),
+    };
+    Ok(response)
+}
+
+fn plain(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut response = Response::new(Body::new(Full::new(Bytes::from(body))));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Serves one gRPC call, counting it and translating tonic's size errors into etcd's.
+async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_string();
+    let labels = RpcLabels::from_path(&path);
+    app.metrics
+        .grpc_started
+        .with_label_values(&labels.as_array())
+        .inc();
+    let started = Instant::now();
+    // Routes is infallible and always ready.
+    let Ok(mut response) = app.grpc.clone().oneshot(request).await;
+    rewrite_size_error(response.headers_mut());
+    let early_code = status_code(response.headers());
+    let (parts, body) = response.into_parts();
+    let mut metered = MeteredBody {
+        inner: body,
+        record: Some(Record {
+            metrics: app.metrics.clone(),
+            labels,
+            started,
+        }),
+    };
+    if let Some(code) = early_code {
+        // Trailers-only response: the status is already known.
+        metered.finish(code);
+    }
+    Response::from_parts(parts, Body::new(metered))
+}
+
+/// tonic reports an oversized request as OutOfRange with its own text; etcd reports ResourceExhausted.
+fn rewrite_size_error(headers: &mut http::HeaderMap) {
+    let Some(code) = status_code(headers) else {
+        return;
+    };
+    let Some(message) = headers.get("grpc-message").and_then(|m| m.to_str().ok()) else {
+        return;
+    };
+    let message = percent_decode(message);
+    if let Some(status) = crate::error::etcd_size_error(code, &message) {
+        headers.insert("grpc-status", HeaderValue::from(status.code() as i32));
+        if let Ok(value) = HeaderValue::from_str(status.message()) {
+            headers.insert("grpc-message", value);
+        }
+    }
+}
+
+fn status_code(headers: &http::HeaderMap) -> Option<tonic::Code> {
+    let raw = headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .parse::<i32>()
+        .ok()?;
+    Some(tonic::Code::from_i32(raw))
+}
+
+fn percent_decode(s: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push(hi << 4 | lo);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+struct RpcLabels {
+    grpc_type: &'static str,
+    service: String,
+    method: String,
+}
+
+impl RpcLabels {
+    fn from_path(path: &str) -> Self {
+        let (service, method) = path
+            .trim_start_matches('/')
+            .split_once('/')
+            .unwrap_or(("unknown", "unknown"));
+        Self {
+            grpc_type: metrics::grpc_type(path),
+            service: service.to_string(),
+            method: method.to_string(),
+        }
+    }
+
+    fn as_array(&self) -> [&str; 3] {
+        [self.grpc_type, &self.service, &self.method]
+    }
+}
+
+struct Record {
+    metrics: Metrics,
+    labels: RpcLabels,
+    started: Instant,
+}
+
+/// A response body that records the call's status when it is known (trailers, or the end of a trailers-only
+/// response), or `Canceled` if the client went away first.
+struct MeteredBody {
+    inner: Body,
+    record: Option<Record>,
+}
+
+impl MeteredBody {
+    fn finish(&mut self, code: tonic::Code) {
+        if let Some(record) = self.record.take() {
+            let [grpc_type, service, method] = record.labels.as_array();
+            record
+                .metrics
+                .grpc_handled
+                .with_label_values(&[grpc_type, service, method, metrics::code_label(code)])
+                .inc();
+            record
+                .metrics
+                .grpc_handling_seconds
+                .with_label_values(&[grpc_type, service, method])
+                .observe(record.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl HttpBody for MeteredBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(code) = frame.trailers_ref().and_then(status_code) {
+                    self.finish(code);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.finish(tonic::Code::Internal),
+            Poll::Ready(None) => self.finish(tonic::Code::Ok),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for MeteredBody {
+    fn drop(&mut self) {
+        self.finish(tonic::Code::Cancelled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_encoded_messages_are_decoded() {
+        assert_eq!(percent_decode("a%20b%3A"), "a b:");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn oversized_request_errors_are_reported_as_etcd_does() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-status", HeaderValue::from(11));
+        headers.insert(
+            "grpc-message",
+            HeaderValue::from_static(
+                "Error,%20decoded%20message%20length%20too%20large:%20found%202048%20bytes,%20the%20limit%20is:%201024%20bytes",
+            ),
+        );
+        rewrite_size_error(&mut headers);
+        assert_eq!(headers["grpc-status"], "8");
+        assert_eq!(
+            headers["grpc-message"],
+            "grpc: received message larger than max (2048 vs. 1024)"
+        );
+    }
+}

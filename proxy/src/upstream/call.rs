@@ -1,0 +1,292 @@
+//! Calls to etcd with the retry policy: reads are retried on the next endpoint within a deadline when the endpoint
+//! fails; writes only when they provably never left the proxy. Streams are re-opened on the next endpoint while
+//! nothing has been answered yet; once they run, an upstream failure ends the client's stream with Unavailable.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{DEFAULT_RETRY_WINDOW, Forwarded, Upstream};
+use crate::error;
+
+/// Whether a call may be repeated on another endpoint after an endpoint failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Has no effect on etcd's state: repeat on any endpoint failure.
+    ReadOnly,
+    /// Changes etcd's state: repeat only when the request provably never reached etcd.
+    Write,
+}
+
+/// A response stream as the proxy's services return it.
+pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Messages queued towards one upstream stream before it answers.
+const STREAM_QUEUE: usize = 64;
+
+impl Upstream {
+    fn check_send<M: prost::Message>(&self, message: &M) -> Result<(), Status> {
+        let len = message.encoded_len();
+        if len > self.max_send_bytes {
+            return Err(error::sending_too_large(len, self.max_send_bytes));
+        }
+        Ok(())
+    }
+
+    /// Handles one failed attempt: returns the status for the client if the call must not be repeated.
+    async fn after_failure(
+        self: &Arc<Self>,
+        index: usize,
+        status: Status,
+        retry: Retry,
+        deadline: Instant,
+        attempt: usize,
+    ) -> Result<(), Status> {
+        if !error::is_endpoint_failure(&status) {
+            return Err(error::to_client(status));
+        }
+        self.report_failure(index);
+        let repeatable = retry == Retry::ReadOnly || error::never_sent(&status);
+        if !repeatable || Instant::now() >= deadline {
+            return Err(error::to_client(status));
+        }
+        // After a full pass over the endpoints, pause before the next pass instead of spinning.
+        if attempt.is_multiple_of(self.len()) {
+            let pause =
+                std::time::Duration::from_millis(50 * (attempt / self.len()).min(10) as u64);
+            tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+        }
+        tracing::debug!(%status, attempt, "retrying on another etcd endpoint");
+        Ok(())
+    }
+
+    /// A unary call. `call` performs it on the given channel.
+    pub async fn unary<Req, Resp, F, Fut>(
+        self: &Arc<Self>,
+        retry: Retry,
+        request: Request<Req>,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message + Clone,
+        F: Fn(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let forwarded = Forwarded::capture(&request);
+        let message = request.into_inner();
+        self.check_send(&message)?;
+        let deadline = forwarded
+            .deadline
+            .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (index, channel) = self.active();
+            match call(channel, forwarded.request(message.clone())).await {
+                Ok(response) => return Ok(Response::new(response.into_inner())),
+                Err(status) => {
+                    self.after_failure(index, status, retry, deadline, attempt)
+                        .await?
+                }
+            }
+        }
+    }
+
+    /// A call with one request and a stream of responses (Snapshot, Observe). Opening it is retried like a read.
+    pub async fn server_stream<Req, Resp, F, Fut>(
+        self: &Arc<Self>,
+        request: Request<Req>,
+        call: F,
+    ) -> Result<Response<BoxStream<Resp>>, Status>
+    where
+        Req: prost::Message + Clone,
+        Resp: Send + 'static,
+        F: Fn(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Streaming<Resp>>, Status>>,
+    {
+        let (index, response) = {
+            let forwarded = Forwarded::capture(&request);
+            let message = request.into_inner();
+            self.check_send(&message)?;
+            let deadline = forwarded
+                .deadline
+                .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let (index, channel) = self.active();
+                match call(channel, forwarded.request(message.clone())).await {
+                    Ok(response) => break (index, response.into_inner()),
+                    Err(status) => {
+                        self.after_failure(index, status, Retry::ReadOnly, deadline, attempt)
+                            .await?
+                    }
+                }
+            }
+        };
+        Ok(Response::new(self.relay(index, response, None)))
+    }
+
+    /// A bidirectional stream (Watch, LeaseKeepAlive), forwarded 1:1.
+    ///
+    /// Until etcd answers, the client's messages are kept so that the stream can be re-opened on another endpoint
+    /// and replayed if the endpoint fails; etcd sends its response headers with its first answer, so this window
+    /// lasts until the first response. A client half-close is passed upstream, where etcd decides, exactly as if
+    /// the client were connected directly, whether pending answers still arrive.
+    pub async fn bidi<Req, Resp, F, Fut>(
+        self: &Arc<Self>,
+        request: Request<Streaming<Req>>,
+        call: F,
+    ) -> Result<Response<BoxStream<Resp>>, Status>
+    where
+        Req: prost::Message + Clone + 'static,
+        Resp: Send + 'static,
+        F: Fn(Channel, Request<ReceiverStream<Req>>) -> Fut,
+        Fut: Future<Output = Result<Response<Streaming<Resp>>, Status>>,
+    {
+        let forwarded = Forwarded::capture(&request);
+        let mut inbound = request.into_inner();
+        let mut sent: Vec<Req> = Vec::new();
+        let mut client_closed = false;
+        let deadline = Instant::now() + DEFAULT_RETRY_WINDOW;
+        let mut attempt = 0;
+        let (index, response, tx) = loop {
+            attempt += 1;
+            let (index, channel) = self.active();
+            let (tx, rx) = mpsc::channel(STREAM_QUEUE.max(sent.len() + 1));
+            for message in &sent {
+                // The queue was sized to hold every replayed message, so this cannot fail.
+                let _ = tx.try_send(message.clone());
+            }
+            let mut tx = (!client_closed).then_some(tx);
+            let opening = call(channel, forwarded.request(ReceiverStream::new(rx)));
+            tokio::pin!(opening);
+            let outcome = loop {
+                tokio::select! {
+                    outcome = &mut opening => break outcome,
+                    next = inbound.next(), if !client_closed => match next {
+                        Some(Ok(message)) => {
+                            self.check_send(&message)?;
+                            sent.push(message.clone());
+                            if let Some(tx) = &tx {
+                                let _ = tx.send(message).await;
+                            }
+                        }
+                        Some(Err(status)) => return Err(error::to_client(status)),
+                        None => {
+                            client_closed = true;
+                            tx = None;
+                        }
+                    },
+                }
+            };
+            match outcome {
+                Ok(response) => break (index, response.into_inner(), tx),
+                Err(status) => {
+                    self.after_failure(index, status, Retry::ReadOnly, deadline, attempt)
+                        .await?
+                }
+            }
+        };
+        let (abort_tx, abort_rx) = mpsc::channel(1);
+        if let Some(tx) = tx {
+            let limit = self.max_send_bytes;
+            tokio::spawn(async move {
+                while let Some(next) = inbound.next().await {
+                    let message = match next {
+                        Ok(message) if message.encoded_len() > limit => {
+                            let _ = abort_tx
+                                .send(error::sending_too_large(message.encoded_len(), limit))
+                                .await;
+                            return;
+                        }
+                        Ok(message) => message,
+                        Err(status) => {
+                            let _ = abort_tx.send(error::to_client(status)).await;
+                            return;
+                        }
+                    };
+                    if tx.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        Ok(Response::new(self.relay(index, response, Some(abort_rx))))
+    }
+
+    /// Relays an upstream response stream to the client. An endpoint failure ends it with Unavailable (so the
+    /// client re-establishes the stream, now on another endpoint) and triggers failover.
+    ///
+    /// The stream also ends when the proxy shuts down (Unavailable, so the client reconnects elsewhere) and when
+    /// `abort` yields a status (a bad message from the client on a bidirectional stream).
+    fn relay<Resp: Send + 'static>(
+        self: &Arc<Self>,
+        index: usize,
+        upstream: Streaming<Resp>,
+        abort: Option<mpsc::Receiver<Status>>,
+    ) -> BoxStream<Resp> {
+        let state = Relay {
+            upstream: self.clone(),
+            index,
+            stream: upstream,
+            abort,
+            shutdown: self.shutdown.clone(),
+            done: false,
+        };
+        Box::pin(futures::stream::unfold(state, |mut relay| async move {
+            let item = relay.next().await?;
+            Some((item, relay))
+        }))
+    }
+}
+
+struct Relay<Resp> {
+    upstream: Arc<Upstream>,
+    index: usize,
+    stream: Streaming<Resp>,
+    abort: Option<mpsc::Receiver<Status>>,
+    shutdown: watch::Receiver<bool>,
+    done: bool,
+}
+
+impl<Resp> Relay<Resp> {
+    async fn next(&mut self) -> Option<Result<Resp, Status>> {
+        if self.done {
+            return None;
+        }
+        let abort = &mut self.abort;
+        let aborted = async move {
+            match abort.as_mut() {
+                Some(abort) => abort.recv().await,
+                None => None,
+            }
+        };
+        let shutting_down = self.shutdown.wait_for(|down| *down);
+        let item = tokio::select! {
+            biased;
+            Some(status) = aborted => Some(Err(status)),
+            Ok(_) = shutting_down => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
+            item = self.stream.next() => match item {
+                Some(Err(status)) if error::is_endpoint_failure(&status) => {
+                    self.upstream.report_failure(self.index);
+                    Some(Err(Status::unavailable(format!(
+                        "etcd-grpc-proxy: upstream stream failed: {}",
+                        status.message()
+                    ))))
+                }
+                Some(Err(status)) => Some(Err(error::to_client(status))),
+                other => other,
+            },
+        };
+        self.done = !matches!(item, Some(Ok(_)));
+        item
+    }
+}

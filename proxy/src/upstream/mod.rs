@@ -1,0 +1,220 @@
+//! Every call to etcd goes through here: the endpoint pool, the active endpoint, failure detection, failover,
+//! probing of failed endpoints, and the retry policy of unary and streaming calls.
+//!
+//! One endpoint is active at a time (chosen at random from the seeded RNG at start). It serves every request until
+//! a call on it fails in a way that says the endpoint cannot serve; then the proxy moves to another endpoint that
+//! is believed up, and a probe task brings the failed one back when it answers again.
+
+mod call;
+mod forward;
+mod macros;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+use tonic::transport::{Channel, Endpoint as TonicEndpoint};
+
+pub use call::{BoxStream, Retry};
+pub use forward::Forwarded;
+pub(crate) use macros::{forward_bidi, forward_server_stream, forward_unary};
+
+use crate::config::{Config, Endpoint};
+use crate::metrics::Metrics;
+use crate::net::{Connector, Net};
+
+/// First and largest pause between probes of a failed endpoint.
+const PROBE_BACKOFF_START: Duration = Duration::from_millis(100);
+const PROBE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// How long a read may keep being retried across endpoints when the client set no deadline.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
+
+struct Member {
+    endpoint: Endpoint,
+    channel: Channel,
+    up: AtomicBool,
+    probing: AtomicBool,
+}
+
+/// The etcd endpoints and which one serves.
+pub struct Upstream {
+    members: Vec<Member>,
+    active: AtomicUsize,
+    rng: Mutex<StdRng>,
+    metrics: Metrics,
+    /// Largest message the proxy sends to etcd.
+    pub max_send_bytes: usize,
+    /// Largest message the proxy accepts from etcd.
+    pub max_recv_bytes: usize,
+    dial_timeout: Duration,
+    /// Becomes true when the proxy shuts down; running streams end then.
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Upstream {
+    /// Builds one lazily connected channel per endpoint and picks the first active endpoint at random.
+    pub fn new(
+        config: &Config,
+        net: Arc<dyn Net>,
+        metrics: Metrics,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<Self> {
+        let connector = Connector::new(net);
+        let members: Vec<Member> = config
+            .endpoints
+            .iter()
+            .map(|endpoint| {
+                let channel =
+                    tonic_endpoint(endpoint, config).connect_with_connector_lazy(connector.clone());
+                Member {
+                    endpoint: endpoint.clone(),
+                    channel,
+                    up: AtomicBool::new(true),
+                    probing: AtomicBool::new(false),
+                }
+            })
+            .collect();
+        let mut rng = StdRng::seed_from_u64(config.seed);
+        let active = rng.random_range(0..members.len());
+        for (index, member) in members.iter().enumerate() {
+            metrics
+                .upstream_up
+                .with_label_values(&[member.endpoint.authority()])
+                .set(1);
+            metrics
+                .upstream_active
+                .with_label_values(&[member.endpoint.authority()])
+                .set(i64::from(index == active));
+        }
+        tracing::info!(endpoint = %members[active].endpoint, "active etcd endpoint chosen");
+        Arc::new(Self {
+            members,
+            active: AtomicUsize::new(active),
+            rng: Mutex::new(rng),
+            metrics,
+            max_send_bytes: config.max_send_bytes,
+            max_recv_bytes: config.max_recv_bytes,
+            dial_timeout: config.dial_timeout,
+            shutdown,
+        })
+    }
+
+    /// The active endpoint's index and channel.
+    pub fn active(&self) -> (usize, Channel) {
+        let index = self.active.load(Ordering::Acquire);
+        (index, self.members[index].channel.clone())
+    }
+
+    /// Number of configured endpoints.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false: `Config` requires at least one endpoint.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Records that a call on endpoint `index` failed because the endpoint cannot serve: marks it down, starts
+    /// probing it, and if it was active, moves to another endpoint.
+    pub fn report_failure(self: &Arc<Self>, index: usize) {
+        let member = &self.members[index];
+        if member.up.swap(false, Ordering::AcqRel) {
+            tracing::warn!(endpoint = %member.endpoint, "etcd endpoint failed");
+            self.metrics
+                .upstream_up
+                .with_label_values(&[member.endpoint.authority()])
+                .set(0);
+        }
+        if !member.probing.swap(true, Ordering::AcqRel) {
+            tokio::spawn(self.clone().probe(index));
+        }
+        if self.members.len() > 1 {
+            let next = self.pick_replacement(index);
+            if self
+                .active
+                .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.metrics.upstream_failovers.inc();
+                self.metrics
+                    .upstream_active
+                    .with_label_values(&[member.endpoint.authority()])
+                    .set(0);
+                let replacement = &self.members[next].endpoint;
+                self.metrics
+                    .upstream_active
+                    .with_label_values(&[replacement.authority()])
+                    .set(1);
+                tracing::warn!(from = %member.endpoint, to = %replacement, "failing over to another etcd endpoint");
+            }
+        }
+    }
+
+    /// A random endpoint believed up other than `failed`; if none is up, the next one in order.
+    fn pick_replacement(&self, failed: usize) -> usize {
+        let candidates: Vec<usize> = (0..self.members.len())
+            .filter(|&i| i != failed && self.members[i].up.load(Ordering::Acquire))
+            .collect();
+        if candidates.is_empty() {
+            return (failed + 1) % self.members.len();
+        }
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        candidates[rng.random_range(0..candidates.len())]
+    }
+
+    /// Asks a failed endpoint for its status with growing pauses until it answers, then marks it up again.
+    async fn probe(self: Arc<Self>, index: usize) {
+        let member = &self.members[index];
+        let mut backoff = PROBE_BACKOFF_START;
+        loop {
+            tokio::time::sleep(backoff).await;
+            let mut client = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
+                member.channel.clone(),
+            );
+            let answered = match tokio::time::timeout(
+                self.dial_timeout,
+                client.status(proto::etcdserverpb::StatusRequest {}),
+            )
+            .await
+            {
+                Ok(Ok(_)) => true,
+                Ok(Err(status)) => !crate::error::is_endpoint_failure(&status),
+                Err(_elapsed) => false,
+            };
+            if answered {
+                member.up.store(true, Ordering::Release);
+                member.probing.store(false, Ordering::Release);
+                self.metrics
+                    .upstream_up
+                    .with_label_values(&[member.endpoint.authority()])
+                    .set(1);
+                tracing::info!(endpoint = %member.endpoint, "etcd endpoint is back");
+                return;
+            }
+            backoff = (backoff * 2).min(PROBE_BACKOFF_MAX);
+        }
+    }
+}
+
+fn tonic_endpoint(endpoint: &Endpoint, config: &Config) -> TonicEndpoint {
+    // The authority was validated by `Endpoint::parse`, so it always forms a valid URI.
+    let mut tonic = TonicEndpoint::from_shared(format!("http://{}", endpoint.authority()))
+        .expect("validated endpoint forms a URI")
+        .connect_timeout(config.dial_timeout)
+        .tcp_nodelay(true);
+    if let Some(interval) = config.upstream_keepalive.interval {
+        tonic = tonic
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(config.upstream_keepalive.timeout)
+            .keep_alive_while_idle(config.upstream_keepalive.while_idle);
+    }
+    tonic
+}
