@@ -10,7 +10,7 @@ use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
 use crate::config::{Config, Endpoint, KeepAlive, parse_listen_addr};
 
-/// Flags implemented by this proxy.
+// Flags implemented by this proxy (a plain comment: clap would show a doc comment as the command's help).
 #[derive(Args, Debug)]
 struct StartArgs {
     /// Address to listen on for gRPC and HTTP (host:port)
@@ -98,7 +98,7 @@ pub struct Cli {
 }
 
 fn command() -> Command {
-    let mut start = StartArgs::augment_args(Command::new("start").about("Start the gRPC proxy"));
+    let mut start = StartArgs::augment_args(Command::new("start")).about("Start the gRPC proxy");
     for (name, default) in NOT_YET_SUPPORTED.iter().chain(ACCEPTED_UNUSED) {
         let mut arg = Arg::new(*name)
             .long(*name)

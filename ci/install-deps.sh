@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the tests need, idempotently: etcd 3.4.23 (server and etcdctl, from Debian), protoc (the
+# etcd-client crate's build script calls it) and curl. Safe to run again; installs only what is missing.
+set -euo pipefail
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+etcd --version | head -1
+etcdctl version | head -1
+protoc --version
