@@ -1,0 +1,319 @@
+//! Step-by-step comparison of `etcdctl` against a direct etcd and against the proxy.
+//!
+//! [`Compare::start`] starts two fresh single-member etcd clusters: one is used directly, the
+//! other only through the proxy. Every step runs the same `etcdctl` command against both, in
+//! order, normalises both outputs (see [`Normalizer`]) and fails at the first step whose exit
+//! code, stdout or stderr differ, with a line diff and both raw outputs.
+//!
+//! Arguments and stdin may use `<IDn>` (a placeholder seen in earlier output, resolved to each
+//! target's own ID) and `<DIR>` (a scratch directory of each target's own).
+//!
+//! Setting `PROXY_TESTS_SELF_CHECK=1` replaces the proxy by a second direct etcd: every
+//! scenario must then pass, which checks the harness and the normaliser themselves.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::ctl::{Background, CtlOutput, etcdctl, indent};
+use super::{EtcdCluster, Normalizer, Proxy, try_wait_for};
+
+/// One side of the comparison.
+pub struct Target {
+    /// "direct" or "proxy" (or "direct-2" in self-check mode).
+    pub name: &'static str,
+    /// What `--endpoints=` gets.
+    pub endpoint: String,
+    /// A scratch directory of this target's own, `<DIR>` in arguments.
+    pub dir: PathBuf,
+    pub norm: Normalizer,
+}
+
+impl Target {
+    fn new(name: &'static str, endpoint: String, dir: PathBuf) -> Self {
+        let mut norm = Normalizer::new();
+        norm.add_literal(dir.display().to_string(), "<DIR>");
+        Self {
+            name,
+            endpoint,
+            dir,
+            norm,
+        }
+    }
+
+    /// An argument or stdin text with `<IDn>` and `<DIR>` made this target's own.
+    pub fn resolve(&self, text: &str) -> String {
+        self.norm
+            .resolve(text)
+            .replace("<DIR>", &self.dir.display().to_string())
+    }
+
+    /// Runs one `etcdctl` command against this target only (placeholders resolved).
+    pub async fn ctl(&self, args: &[&str], stdin: Option<&str>) -> CtlOutput {
+        let args: Vec<String> = args.iter().map(|a| self.resolve(a)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stdin = stdin.map(|s| self.resolve(s));
+        etcdctl(&self.endpoint, &args, stdin.as_deref()).await
+    }
+}
+
+/// What a step showed, normalised (identical on both targets, or the step failed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A background command running against both targets.
+pub struct BgPair {
+    label: String,
+    pub direct: Background,
+    pub other: Background,
+}
+
+impl BgPair {
+    /// Waits (with a deadline) until both have printed at least `n` lines.
+    pub async fn wait_lines(&mut self, n: usize) {
+        self.direct.wait_lines(n).await;
+        self.other.wait_lines(n).await;
+    }
+
+    /// Writes `text` (placeholders resolved per target) to both stdins.
+    pub async fn write_stdin(&mut self, cmp: &Compare, text: &str) {
+        self.direct.write_stdin(&cmp.direct.resolve(text)).await;
+        self.other.write_stdin(&cmp.other.resolve(text)).await;
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+/// How to end a background pair before comparing what it printed.
+#[derive(Clone, Copy, Debug)]
+pub enum Finish {
+    /// SIGTERM, wait for a clean exit, compare everything.
+    Terminate,
+    /// Wait for it to exit by itself, compare everything.
+    Exit,
+    /// SIGKILL, compare only the first `n` stdout lines (it prints periodically).
+    KillKeepLines(usize),
+}
+
+pub struct Compare {
+    pub direct: Target,
+    pub other: Target,
+    step: usize,
+    // Dropped after the targets; the proxy before the clusters.
+    proxy: Option<Proxy>,
+    clusters: Vec<EtcdCluster>,
+}
+
+impl Compare {
+    /// Two fresh single-member etcd clusters, one direct and one behind a proxy started
+    /// with `extra_proxy_args`.
+    pub async fn start(extra_proxy_args: &[&str]) -> Self {
+        let self_check = std::env::var("PROXY_TESTS_SELF_CHECK").is_ok_and(|v| v == "1");
+        let (a, b) = tokio::join!(EtcdCluster::start(1), EtcdCluster::start(1));
+        let (proxy, other) = if self_check {
+            (
+                None,
+                Target::new("direct-2", b.endpoint(0), b.scratch_dir()),
+            )
+        } else {
+            let proxy = Proxy::start(&b.endpoints(), extra_proxy_args).await;
+            let target = Target::new("proxy", proxy.addr(), b.scratch_dir());
+            (Some(proxy), target)
+        };
+        Self {
+            direct: Target::new("direct", a.endpoint(0), a.scratch_dir()),
+            other,
+            step: 0,
+            proxy,
+            clusters: vec![a, b],
+        }
+    }
+
+    /// The proxy (None in self-check mode).
+    pub fn proxy(&self) -> Option<&Proxy> {
+        self.proxy.as_ref()
+    }
+
+    /// Runs `etcdctl ARGS` against both targets and compares; returns what both showed.
+    pub async fn ctl(&mut self, args: &[&str]) -> Seen {
+        self.run(args, None).await
+    }
+
+    /// Like [`Compare::ctl`], with `stdin` fed to the command.
+    pub async fn ctl_stdin(&mut self, args: &[&str], stdin: &str) -> Seen {
+        self.run(args, Some(stdin)).await
+    }
+
+    /// Like [`Compare::ctl`], and asserts that the command succeeded.
+    pub async fn ok(&mut self, args: &[&str]) -> Seen {
+        let seen = self.ctl(args).await;
+        assert_eq!(
+            seen.code,
+            Some(0),
+            "step {} `etcdctl {}` failed on both targets:\n{seen:#?}",
+            self.step,
+            args.join(" ")
+        );
+        seen
+    }
+
+    async fn run(&mut self, args: &[&str], stdin: Option<&str>) -> Seen {
+        self.step += 1;
+        let a = self.direct.ctl(args, stdin).await;
+        let b = self.other.ctl(args, stdin).await;
+        let label = format!("etcdctl {}", args.join(" "));
+        self.compare(&label, &a, &b, None)
+    }
+
+    /// Starts `etcdctl ARGS` in the background against both targets.
+    pub fn spawn(&mut self, args: &[&str]) -> BgPair {
+        let resolve = |t: &Target| -> Vec<String> { args.iter().map(|a| t.resolve(a)).collect() };
+        let (da, oa) = (resolve(&self.direct), resolve(&self.other));
+        let da: Vec<&str> = da.iter().map(String::as_str).collect();
+        let oa: Vec<&str> = oa.iter().map(String::as_str).collect();
+        BgPair {
+            label: format!("etcdctl {} (background)", args.join(" ")),
+            direct: Background::spawn(&self.direct.endpoint, &da),
+            other: Background::spawn(&self.other.endpoint, &oa),
+        }
+    }
+
+    /// Ends a background pair as `how` says and compares what both printed.
+    pub async fn finish(&mut self, bg: BgPair, how: Finish) -> Seen {
+        self.step += 1;
+        let BgPair {
+            label,
+            direct,
+            other,
+        } = bg;
+        let (a, b, keep) = match how {
+            Finish::Terminate => (direct.terminate().await, other.terminate().await, None),
+            Finish::Exit => (direct.wait_exit().await, other.wait_exit().await, None),
+            Finish::KillKeepLines(n) => (direct.kill().await, other.kill().await, Some(n)),
+        };
+        self.compare(&label, &a, &b, keep)
+    }
+
+    /// Polls `etcdctl ARGS` on each target (uncompared) until `pred` holds for its raw
+    /// stdout, with a deadline.
+    pub async fn wait_until(&mut self, args: &[&str], what: &str, pred: impl Fn(&str) -> bool) {
+        for t in [&self.direct, &self.other] {
+            let res = try_wait_for(Duration::from_secs(30), || async {
+                let out = t.ctl(args, None).await;
+                if out.success() && pred(&out.stdout) {
+                    Ok(())
+                } else {
+                    Err(out.to_string())
+                }
+            })
+            .await;
+            if let Err(last) = res {
+                panic!(
+                    "timed out on {} waiting for {what} (polling `etcdctl {}`); last seen:\n{last}",
+                    t.name,
+                    args.join(" ")
+                );
+            }
+        }
+    }
+
+    fn compare(&mut self, label: &str, a: &CtlOutput, b: &CtlOutput, keep: Option<usize>) -> Seen {
+        let cut = |s: String| match keep {
+            Some(n) => s.lines().take(n).map(|l| format!("{l}\n")).collect(),
+            None => s,
+        };
+        let na = Seen {
+            code: if keep.is_some() { None } else { a.code },
+            stdout: cut(self.direct.norm.stdout(&a.stdout)),
+            stderr: if keep.is_some() {
+                String::new()
+            } else {
+                self.direct.norm.stderr(&a.stderr)
+            },
+        };
+        let nb = Seen {
+            code: if keep.is_some() { None } else { b.code },
+            stdout: cut(self.other.norm.stdout(&b.stdout)),
+            stderr: if keep.is_some() {
+                String::new()
+            } else {
+                self.other.norm.stderr(&b.stderr)
+            },
+        };
+        if na != nb {
+            let (an, bn) = (self.direct.name, self.other.name);
+            let mut msg = format!(
+                "step {} `{label}`: output through {bn} differs from {an}\n",
+                self.step
+            );
+            if na.code != nb.code {
+                let _ = writeln!(msg, "exit code: {an} {:?}, {bn} {:?}", na.code, nb.code);
+            }
+            if na.stdout != nb.stdout {
+                let _ = writeln!(
+                    msg,
+                    "stdout (normalised; - {an}, + {bn}):\n{}",
+                    line_diff(&na.stdout, &nb.stdout)
+                );
+            }
+            if na.stderr != nb.stderr {
+                let _ = writeln!(
+                    msg,
+                    "stderr (normalised; - {an}, + {bn}):\n{}",
+                    line_diff(&na.stderr, &nb.stderr)
+                );
+            }
+            let _ = write!(
+                msg,
+                "raw {an}:\n{}\nraw {bn}:\n{}",
+                indent(&a.to_string()),
+                indent(&b.to_string())
+            );
+            panic!("{msg}");
+        }
+        na
+    }
+}
+
+/// A readable line diff: unchanged lines with two spaces, removed with `- `, added with `+ `.
+pub fn line_diff(a: &str, b: &str) -> String {
+    let a: Vec<&str> = a.lines().collect();
+    let b: Vec<&str> = b.lines().collect();
+    // Longest common subsequence table; outputs here are small.
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            out.push(format!("    {}", a[i]));
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            out.push(format!("  + {}", b[j]));
+            j += 1;
+        } else {
+            out.push(format!("  - {}", a[i]));
+            i += 1;
+        }
+    }
+    if out.is_empty() {
+        "    <empty>".to_string()
+    } else {
+        out.join("\n")
+    }
+}
