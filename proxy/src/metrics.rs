@@ -2,8 +2,8 @@
 //! that several proxies in one process (tests, the simulation) keep separate counts.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the proxy exports.
@@ -22,6 +22,14 @@ pub struct Metrics {
     pub upstream_active: IntGaugeVec,
     /// Times the active endpoint was replaced after a failure.
     pub upstream_failovers: IntCounter,
+    /// Client LeaseKeepAlive streams open now.
+    pub lease_client_streams: IntGauge,
+    /// Upstream LeaseKeepAlive streams open now (one while any lease is being kept alive).
+    pub lease_upstream_streams: IntGauge,
+    /// Renewals sent to etcd.
+    pub lease_renewals_forwarded: IntCounter,
+    /// Client keep-alive requests answered by a renewal another request triggered.
+    pub lease_renewals_shared: IntCounter,
     /// `/health` checks that passed and failed (etcd's names).
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
@@ -72,6 +80,22 @@ impl Metrics {
             "etcd_grpc_proxy_upstream_failovers_total",
             "Times the active etcd endpoint was replaced after a failure.",
         )?;
+        let lease_client_streams = IntGauge::new(
+            "etcd_grpc_proxy_lease_keepalive_client_streams",
+            "Client LeaseKeepAlive streams open now.",
+        )?;
+        let lease_upstream_streams = IntGauge::new(
+            "etcd_grpc_proxy_lease_keepalive_upstream_streams",
+            "Upstream LeaseKeepAlive streams open now.",
+        )?;
+        let lease_renewals_forwarded = IntCounter::new(
+            "etcd_grpc_proxy_lease_renewals_forwarded_total",
+            "Lease renewals sent to etcd.",
+        )?;
+        let lease_renewals_shared = IntCounter::new(
+            "etcd_grpc_proxy_lease_renewals_shared_total",
+            "Client keep-alive requests answered by a renewal that another request triggered.",
+        )?;
         let health_success = IntCounter::new(
             "etcd_server_health_success",
             "The total number of successful health checks",
@@ -86,6 +110,10 @@ impl Metrics {
         registry.register(Box::new(upstream_up.clone()))?;
         registry.register(Box::new(upstream_active.clone()))?;
         registry.register(Box::new(upstream_failovers.clone()))?;
+        registry.register(Box::new(lease_client_streams.clone()))?;
+        registry.register(Box::new(lease_upstream_streams.clone()))?;
+        registry.register(Box::new(lease_renewals_forwarded.clone()))?;
+        registry.register(Box::new(lease_renewals_shared.clone()))?;
         registry.register(Box::new(health_success.clone()))?;
         registry.register(Box::new(health_failures.clone()))?;
         Ok(Self {
@@ -96,6 +124,10 @@ impl Metrics {
             upstream_up,
             upstream_active,
             upstream_failovers,
+            lease_client_streams,
+            lease_upstream_streams,
+            lease_renewals_forwarded,
+            lease_renewals_shared,
             health_success,
             health_failures,
         })

@@ -34,7 +34,7 @@ pub struct App {
 }
 
 /// Builds the gRPC routes: every etcd service, with the proxy's receive limit on what clients send.
-pub fn grpc_routes(upstream: &Arc<Upstream>, max_recv: usize) -> Routes {
+pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, max_recv: usize) -> Routes {
     use proto::etcdserverpb::{
         auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
         lease_server::LeaseServer, maintenance_server::MaintenanceServer,
@@ -58,7 +58,8 @@ pub fn grpc_routes(upstream: &Arc<Upstream>, max_recv: usize) -> Routes {
         upstream.clone()
     ))))
     .add_service(limited!(LeaseServer::new(crate::lease::LeaseService::new(
-        upstream.clone()
+        upstream.clone(),
+        metrics.clone()
     ))))
     .add_service(limited!(ClusterServer::new(
         crate::cluster::ClusterService::new(upstream.clone())

@@ -1,7 +1,12 @@
-//! The Lease service. Unary calls are forwarded with their real status codes; each keep-alive stream is forwarded
-//! 1:1 for now (coalescing keep-alives onto one upstream stream is a later step).
+//! The Lease service. Unary calls are forwarded with their real status codes. Keep-alive streams are coalesced:
+//! every client stream's renewals travel over one upstream stream ([`coalescer`]), and answers are routed back.
+
+pub mod coalescer;
 
 use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use proto::etcdserverpb::lease_client::LeaseClient;
 use proto::etcdserverpb::lease_server::Lease;
@@ -12,16 +17,119 @@ use proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::upstream::{BoxStream, Retry, Upstream, forward_bidi, forward_unary};
+use crate::error;
+use crate::metrics::Metrics;
+use crate::upstream::{BoxStream, Forwarded, Retry, Upstream, forward_unary};
+use coalescer::{Answer, Renew, Waiter};
+
+/// Requests one client stream may have unanswered (or answered but unread); beyond it the proxy stops reading
+/// that stream's requests, so a client that never reads cannot grow the proxy's memory.
+const MAX_UNANSWERED_PER_STREAM: usize = 1024;
+/// Requests queued towards the coalescer from all client streams.
+const RENEW_QUEUE: usize = 8192;
 
 /// The proxy's Lease service.
 pub struct LeaseService {
     upstream: Arc<Upstream>,
+    metrics: Metrics,
+    renewals: mpsc::Sender<Renew>,
 }
 
 impl LeaseService {
-    pub fn new(upstream: Arc<Upstream>) -> Self {
-        Self { upstream }
+    /// Creates the service and starts its keep-alive coalescer.
+    pub fn new(upstream: Arc<Upstream>, metrics: Metrics) -> Self {
+        let (renewals, requests) = mpsc::channel(RENEW_QUEUE);
+        tokio::spawn(coalescer::run(upstream.clone(), metrics.clone(), requests));
+        Self {
+            upstream,
+            metrics,
+            renewals,
+        }
+    }
+}
+
+/// One client keep-alive stream: reads its requests into the coalescer and yields the answers.
+fn client_stream(
+    mut inbound: Streaming<LeaseKeepAliveRequest>,
+    requires_leader: bool,
+    renewals: mpsc::Sender<Renew>,
+    metrics: Metrics,
+    shutdown: watch::Receiver<bool>,
+) -> BoxStream<LeaseKeepAliveResponse> {
+    let (answers, answers_rx) = mpsc::channel::<Answer>(MAX_UNANSWERED_PER_STREAM);
+    let (abort, abort_rx) = mpsc::channel::<Status>(1);
+    let permits = Arc::new(Semaphore::new(MAX_UNANSWERED_PER_STREAM));
+    tokio::spawn(async move {
+        while let Some(next) = inbound.next().await {
+            let request = match next {
+                Ok(request) => request,
+                Err(status) => {
+                    let _ = abort.send(error::to_client(status)).await;
+                    return;
+                }
+            };
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let waiter = Waiter {
+                answers: answers.clone(),
+                permit,
+                requires_leader,
+            };
+            if renewals
+                .send(Renew {
+                    lease_id: request.id,
+                    waiter,
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        // Half-close: `answers` is dropped here, so the stream ends once every pending request is answered.
+    });
+    metrics.lease_client_streams.inc();
+    let state = ClientStream {
+        answers: answers_rx,
+        abort: abort_rx,
+        shutdown,
+        metrics,
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(state, |mut stream| async move {
+        let item = stream.next().await?;
+        Some((item, stream))
+    }))
+}
+
+struct ClientStream {
+    answers: mpsc::Receiver<Answer>,
+    abort: mpsc::Receiver<Status>,
+    shutdown: watch::Receiver<bool>,
+    metrics: Metrics,
+    done: bool,
+}
+
+impl ClientStream {
+    async fn next(&mut self) -> Option<Result<LeaseKeepAliveResponse, Status>> {
+        if self.done {
+            return None;
+        }
+        let item = tokio::select! {
+            biased;
+            Some(status) = self.abort.recv() => Some(Err(status)),
+            Ok(_) = self.shutdown.wait_for(|down| *down) => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
+            answer = self.answers.recv() => answer.map(|(result, _permit)| result),
+        };
+        self.done = !matches!(item, Some(Ok(_)));
+        item
+    }
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        self.metrics.lease_client_streams.dec();
     }
 }
 
@@ -57,7 +165,14 @@ impl Lease for LeaseService {
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
-        forward_bidi!(self.upstream, request, LeaseClient::lease_keep_alive)
+        let requires_leader = Forwarded::capture(&request).requires_leader();
+        Ok(Response::new(client_stream(
+            request.into_inner(),
+            requires_leader,
+            self.renewals.clone(),
+            self.metrics.clone(),
+            self.upstream.shutdown_signal(),
+        )))
     }
 
     async fn lease_time_to_live(

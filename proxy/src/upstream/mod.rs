@@ -109,6 +109,11 @@ impl Upstream {
         (index, self.members[index].channel.clone())
     }
 
+    /// Becomes true when the proxy shuts down; streams end then.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+
     /// Number of configured endpoints.
     pub fn len(&self) -> usize {
         self.members.len()

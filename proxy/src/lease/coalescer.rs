@@ -1,0 +1,503 @@
+//! The keep-alive coalescer: one upstream LeaseKeepAlive stream carries the renewals of every client stream.
+//!
+//! Rules (each is what a client connected directly to etcd would observe):
+//! - A client request is answered with the TTL of a renewal that etcd performed *after* the request arrived: each
+//!   request joins the next renewal of its lease that has not been sent yet, never one already in flight.
+//! - Requests for one lease that arrive while the coalescer is busy share one renewal: the coalescer drains every
+//!   request waiting in its queue before it sends, so sharing costs no added latency.
+//! - Nothing is renewed unless a client asked: a lease whose clients stop expires within its TTL, as on etcd.
+//! - etcd answers the requests of one stream in order, so the answers for a lease match its renewals first-in,
+//!   first-out.
+//! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover) and every renewal not
+//!   yet answered is sent again; clients see only a later answer, never an error, while an endpoint is up.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use proto::etcdserverpb::lease_client::LeaseClient;
+use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Status, Streaming};
+
+use crate::error;
+use crate::metrics::Metrics;
+use crate::upstream::Upstream;
+
+/// etcd's error when a stream that requires a leader has none.
+pub const NO_LEADER: &str = "etcdserver: no leader";
+
+/// One client request waiting for its answer.
+pub struct Waiter {
+    /// Where the answer goes (the client stream's response queue).
+    pub answers: mpsc::Sender<Answer>,
+    /// Counts against the client stream's limit of unanswered requests until the client reads the answer.
+    pub permit: OwnedSemaphorePermit,
+    /// The client stream requires a leader (`hasleader: true`).
+    pub requires_leader: bool,
+}
+
+/// An answer on its way to a client stream, holding the permit of the request it answers.
+pub type Answer = (Result<LeaseKeepAliveResponse, Status>, OwnedSemaphorePermit);
+
+/// A keep-alive request from a client stream.
+pub struct Renew {
+    pub lease_id: i64,
+    pub waiter: Waiter,
+}
+
+/// Renewals of one lease: requests waiting for the next send, and batches sent but not yet answered.
+#[derive(Default)]
+struct LeaseRenewals {
+    queued: Vec<Waiter>,
+    in_flight: VecDeque<(Instant, Vec<Waiter>)>,
+}
+
+impl LeaseRenewals {
+    fn is_idle(&self) -> bool {
+        self.queued.is_empty() && self.in_flight.is_empty()
+    }
+}
+
+/// Pause before re-opening the upstream stream after a failure, growing up to the maximum.
+const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
+const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How often the stream checks that it is still on the active endpoint and that etcd answers.
+const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(500);
+/// A renewal unanswered for this long means the endpoint cannot serve (a partition, a hung member).
+const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// Requests taken from the queue in one go (bounds the work between two looks at the upstream stream).
+const DRAIN_BATCH: usize = 4096;
+
+/// Runs the coalescer until every sender of `requests` is gone.
+pub async fn run(upstream: Arc<Upstream>, metrics: Metrics, mut requests: mpsc::Receiver<Renew>) {
+    let mut leases: BTreeMap<i64, LeaseRenewals> = BTreeMap::new();
+    let mut backoff = REOPEN_BACKOFF_START;
+    loop {
+        // Open the upstream stream only when there is something to renew.
+        if leases.values().all(LeaseRenewals::is_idle) {
+            let Some(first) = requests.recv().await else {
+                return;
+            };
+            queue(&mut leases, first);
+        }
+        requeue_unanswered(&mut leases);
+        let (index, channel) = upstream.active();
+        let outcome = serve_stream(
+            &upstream,
+            &metrics,
+            index,
+            channel,
+            &mut leases,
+            &mut requests,
+        )
+        .await;
+        match outcome {
+            StreamEnd::ClientsGone => return,
+            StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
+            StreamEnd::Failed(status) => {
+                if error::is_endpoint_failure(&status) {
+                    upstream.report_failure(index);
+                    if status.message() == NO_LEADER {
+                        fail_leader_requirers(&mut leases, &status);
+                    }
+                } else {
+                    // An answer from etcd ending the stream (not an endpoint failure): every unanswered request
+                    // gets it, as it would on a direct stream.
+                    fail_all(&mut leases, &status);
+                }
+                tracing::debug!(%status, "upstream keep-alive stream ended; re-opening");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(REOPEN_BACKOFF_MAX);
+            }
+            StreamEnd::Healthy => backoff = REOPEN_BACKOFF_START,
+        }
+    }
+}
+
+enum StreamEnd {
+    /// Every client stream is gone and nothing is pending.
+    ClientsGone,
+    /// The stream failed with this status.
+    Failed(Status),
+    /// The stream served answers before it ended cleanly.
+    Healthy,
+    /// Another endpoint became active (a call elsewhere failed over): move the stream there.
+    Moved,
+}
+
+/// Serves one upstream stream until it ends.
+async fn serve_stream(
+    upstream: &Arc<Upstream>,
+    metrics: &Metrics,
+    index: usize,
+    channel: tonic::transport::Channel,
+    leases: &mut BTreeMap<i64, LeaseRenewals>,
+    requests: &mut mpsc::Receiver<Renew>,
+) -> StreamEnd {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut request = Request::new(UnboundedReceiverStream::new(rx));
+    // Ask etcd to end the stream when it loses its leader, so that the proxy fails over instead of waiting.
+    request.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
+    let mut client = LeaseClient::new(channel).max_decoding_message_size(upstream.max_recv_bytes);
+    send_queued(leases, &tx, metrics);
+    let opening = client.lease_keep_alive(request);
+    tokio::pin!(opening);
+    let mut answers: Option<Streaming<LeaseKeepAliveResponse>> = None;
+    let mut answered_any = false;
+    metrics.lease_upstream_streams.inc();
+    let _gauge = scopeguard(|| metrics.lease_upstream_streams.dec());
+    let mut requests_open = true;
+    let mut check = tokio::time::interval(HEALTH_CHECK_EVERY);
+    loop {
+        tokio::select! {
+            _ = check.tick() => {
+                if upstream.active().0 != index {
+                    return StreamEnd::Moved;
+                }
+                if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {
+                    return StreamEnd::Failed(Status::unavailable("etcd did not answer a lease renewal in time"));
+                }
+            }
+            opened = &mut opening, if answers.is_none() => match opened {
+                Ok(response) => answers = Some(response.into_inner()),
+                Err(status) => return StreamEnd::Failed(status),
+            },
+            next = async { answers.as_mut().expect("guarded by is_some").next().await }, if answers.is_some() => {
+                match next {
+                    Some(Ok(answer)) => {
+                        answered_any = true;
+                        deliver(leases, answer);
+                    }
+                    Some(Err(status)) => return StreamEnd::Failed(status),
+                    None if answered_any => return StreamEnd::Healthy,
+                    None => return StreamEnd::Failed(Status::unavailable("upstream keep-alive stream ended")),
+                }
+            }
+            renew = requests.recv(), if requests_open => match renew {
+                Some(renew) => {
+                    queue(leases, renew);
+                    for _ in 1..DRAIN_BATCH {
+                        match requests.try_recv() {
+                            Ok(renew) => queue(leases, renew),
+                            Err(_) => break,
+                        }
+                    }
+                    send_queued(leases, &tx, metrics);
+                }
+                None => requests_open = false,
+            },
+        }
+        if !requests_open && leases.values().all(LeaseRenewals::is_idle) {
+            return StreamEnd::ClientsGone;
+        }
+    }
+}
+
+/// Renewals sent on a stream that ended have an unknown outcome: queue their requests to be sent again.
+fn requeue_unanswered(leases: &mut BTreeMap<i64, LeaseRenewals>) {
+    for renewals in leases.values_mut() {
+        let unanswered: Vec<Waiter> = renewals
+            .in_flight
+            .drain(..)
+            .flat_map(|(_, batch)| batch)
+            .collect();
+        renewals.queued.splice(0..0, unanswered);
+    }
+}
+
+fn queue(leases: &mut BTreeMap<i64, LeaseRenewals>, renew: Renew) {
+    leases
+        .entry(renew.lease_id)
+        .or_default()
+        .queued
+        .push(renew.waiter);
+}
+
+/// Sends one renewal per lease with queued requests.
+fn send_queued(
+    leases: &mut BTreeMap<i64, LeaseRenewals>,
+    tx: &mpsc::UnboundedSender<LeaseKeepAliveRequest>,
+    metrics: &Metrics,
+) {
+    for (&id, renewals) in leases.iter_mut() {
+        if renewals.queued.is_empty() {
+            continue;
+        }
+        let batch = std::mem::take(&mut renewals.queued);
+        metrics.lease_renewals_forwarded.inc();
+        metrics.lease_renewals_shared.inc_by(batch.len() as u64 - 1);
+        renewals.in_flight.push_back((Instant::now(), batch));
+        // If the stream is gone the batch stays in flight and is re-sent on the next stream.
+        let _ = tx.send(LeaseKeepAliveRequest { id });
+    }
+}
+
+/// Answers the oldest renewal in flight for the answered lease.
+fn deliver(leases: &mut BTreeMap<i64, LeaseRenewals>, answer: LeaseKeepAliveResponse) {
+    let Some(renewals) = leases.get_mut(&answer.id) else {
+        return;
+    };
+    let Some((_, batch)) = renewals.in_flight.pop_front() else {
+        return;
+    };
+    for waiter in batch {
+        // A client that went away no longer needs its answer.
+        let _ = waiter.answers.try_send((Ok(answer), waiter.permit));
+    }
+    if renewals.is_idle() {
+        leases.remove(&answer.id);
+    }
+}
+
+fn fail_all(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
+    for (_, renewals) in std::mem::take(leases) {
+        for waiter in renewals
+            .queued
+            .into_iter()
+            .chain(renewals.in_flight.into_iter().flat_map(|(_, batch)| batch))
+        {
+            let _ = waiter
+                .answers
+                .try_send((Err(error::to_client(clone_status(status))), waiter.permit));
+        }
+    }
+}
+
+fn fail_leader_requirers(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
+    for renewals in leases.values_mut() {
+        let waiters = std::mem::take(&mut renewals.queued);
+        let (failed, kept): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.requires_leader);
+        renewals.queued = kept;
+        for (_, batch) in renewals.in_flight.iter_mut() {
+            let (batch_failed, batch_kept): (Vec<_>, Vec<_>) = std::mem::take(batch)
+                .into_iter()
+                .partition(|w| w.requires_leader);
+            *batch = batch_kept;
+            for waiter in batch_failed {
+                let _ = waiter
+                    .answers
+                    .try_send((Err(Status::unavailable(status.message())), waiter.permit));
+            }
+        }
+        renewals.in_flight.retain(|(_, batch)| !batch.is_empty());
+        for waiter in failed {
+            let _ = waiter
+                .answers
+                .try_send((Err(Status::unavailable(status.message())), waiter.permit));
+        }
+    }
+    leases.retain(|_, renewals| !renewals.is_idle());
+}
+
+fn oldest_in_flight(leases: &BTreeMap<i64, LeaseRenewals>) -> Option<Instant> {
+    leases
+        .values()
+        .filter_map(|renewals| renewals.in_flight.front().map(|(sent, _)| *sent))
+        .min()
+}
+
+fn clone_status(status: &Status) -> Status {
+    Status::new(status.code(), status.message())
+}
+
+/// Runs `f` when dropped.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::etcdserverpb::ResponseHeader;
+    use tokio::sync::Semaphore;
+
+    struct Client {
+        answers: mpsc::Receiver<Answer>,
+        sender: mpsc::Sender<Answer>,
+        permits: Arc<Semaphore>,
+        requires_leader: bool,
+    }
+
+    impl Client {
+        fn new(requires_leader: bool) -> Self {
+            let (sender, answers) = mpsc::channel(16);
+            Self {
+                answers,
+                sender,
+                permits: Arc::new(Semaphore::new(16)),
+                requires_leader,
+            }
+        }
+
+        fn renew(&self, lease_id: i64) -> Renew {
+            let permit = self.permits.clone().try_acquire_owned().unwrap();
+            Renew {
+                lease_id,
+                waiter: Waiter {
+                    answers: self.sender.clone(),
+                    permit,
+                    requires_leader: self.requires_leader,
+                },
+            }
+        }
+
+        fn ttls(&mut self) -> Vec<Result<i64, tonic::Code>> {
+            let mut seen = Vec::new();
+            while let Ok((result, _permit)) = self.answers.try_recv() {
+                seen.push(result.map(|r| r.ttl).map_err(|s| s.code()));
+            }
+            seen
+        }
+    }
+
+    fn metrics() -> Metrics {
+        Metrics::new(prometheus::Registry::new()).unwrap()
+    }
+
+    fn answer(id: i64, ttl: i64) -> LeaseKeepAliveResponse {
+        LeaseKeepAliveResponse {
+            header: Some(ResponseHeader::default()),
+            id,
+            ttl,
+        }
+    }
+
+    fn sent(rx: &mut mpsc::UnboundedReceiver<LeaseKeepAliveRequest>) -> Vec<i64> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| r.id)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn requests_queued_together_share_one_renewal() {
+        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
+        let (mut a, mut b) = (Client::new(false), Client::new(false));
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, a.renew(7));
+        queue(&mut leases, b.renew(7));
+        send_queued(&mut leases, &tx, &metrics);
+        assert_eq!(sent(&mut upstream), vec![7], "one renewal for two requests");
+        deliver(&mut leases, answer(7, 30));
+        assert_eq!((a.ttls(), b.ttls()), (vec![Ok(30)], vec![Ok(30)]));
+        assert_eq!(metrics.lease_renewals_forwarded.get(), 1);
+        assert_eq!(metrics.lease_renewals_shared.get(), 1);
+        assert!(leases.is_empty(), "nothing is kept for an idle lease");
+    }
+
+    #[tokio::test]
+    async fn a_request_never_gets_the_answer_of_a_renewal_sent_before_it_arrived() {
+        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
+        let (mut early, mut late) = (Client::new(false), Client::new(false));
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, early.renew(7));
+        send_queued(&mut leases, &tx, &metrics);
+        queue(&mut leases, late.renew(7));
+        send_queued(&mut leases, &tx, &metrics);
+        assert_eq!(sent(&mut upstream), vec![7, 7]);
+        deliver(&mut leases, answer(7, 29));
+        assert_eq!(
+            (early.ttls(), late.ttls()),
+            (vec![Ok(29)], vec![]),
+            "the first answer is the early renewal's"
+        );
+        deliver(&mut leases, answer(7, 30));
+        assert_eq!(late.ttls(), vec![Ok(30)]);
+    }
+
+    #[tokio::test]
+    async fn answers_are_routed_by_lease_id_and_unknown_leases_get_ttl_zero() {
+        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
+        let (mut a, mut b) = (Client::new(false), Client::new(false));
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, a.renew(1));
+        queue(&mut leases, b.renew(2));
+        send_queued(&mut leases, &tx, &metrics);
+        assert_eq!(sent(&mut upstream), vec![1, 2]);
+        deliver(&mut leases, answer(2, 0));
+        deliver(&mut leases, answer(1, 10));
+        assert_eq!((a.ttls(), b.ttls()), (vec![Ok(10)], vec![Ok(0)]));
+        deliver(&mut leases, answer(3, 10));
+        assert!(leases.is_empty(), "an answer nobody waits for is dropped");
+    }
+
+    #[tokio::test]
+    async fn unanswered_renewals_are_sent_once_more_on_the_next_stream() {
+        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
+        let mut a = Client::new(false);
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, a.renew(1));
+        send_queued(&mut leases, &tx, &metrics);
+        queue(&mut leases, a.renew(1));
+        send_queued(&mut leases, &tx, &metrics);
+        assert_eq!(sent(&mut upstream), vec![1, 1]);
+        requeue_unanswered(&mut leases);
+        send_queued(&mut leases, &tx, &metrics);
+        assert_eq!(
+            sent(&mut upstream),
+            vec![1],
+            "both unanswered requests share the renewal on the new stream"
+        );
+        deliver(&mut leases, answer(1, 9));
+        assert_eq!(a.ttls(), vec![Ok(9), Ok(9)]);
+    }
+
+    #[tokio::test]
+    async fn only_streams_that_require_a_leader_are_told_there_is_none() {
+        let (metrics, (tx, _upstream)) = (metrics(), mpsc::unbounded_channel());
+        let (mut strict, mut relaxed) = (Client::new(true), Client::new(false));
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, strict.renew(1));
+        queue(&mut leases, relaxed.renew(1));
+        send_queued(&mut leases, &tx, &metrics);
+        queue(&mut leases, strict.renew(1));
+        fail_leader_requirers(&mut leases, &Status::unavailable(NO_LEADER));
+        assert_eq!(
+            strict.ttls(),
+            vec![Err(tonic::Code::Unavailable), Err(tonic::Code::Unavailable)]
+        );
+        assert_eq!(relaxed.ttls(), vec![]);
+        deliver(&mut leases, answer(1, 5));
+        assert_eq!(
+            relaxed.ttls(),
+            vec![Ok(5)],
+            "the other stream still gets its answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_from_etcd_reaches_every_waiting_request() {
+        let (metrics, (tx, _upstream)) = (metrics(), mpsc::unbounded_channel());
+        let mut a = Client::new(false);
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, a.renew(1));
+        send_queued(&mut leases, &tx, &metrics);
+        queue(&mut leases, a.renew(2));
+        fail_all(
+            &mut leases,
+            &Status::invalid_argument("etcdserver: something"),
+        );
+        assert_eq!(
+            a.ttls(),
+            vec![
+                Err(tonic::Code::InvalidArgument),
+                Err(tonic::Code::InvalidArgument)
+            ]
+        );
+        assert!(leases.is_empty());
+    }
+}
