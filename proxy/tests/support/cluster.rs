@@ -133,13 +133,13 @@ impl EtcdCluster {
         let endpoint = self.endpoint(i);
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(child) = self.members[i].child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "etcd member {i} ({endpoint}) exited with {status} while starting; log:\n{}",
-                        self.log_tail(i, 80)
-                    );
-                }
+            if let Some(child) = self.members[i].child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "etcd member {i} ({endpoint}) exited with {status} while starting; log:\n{}",
+                    self.log_tail(i, 80)
+                );
             }
             let last = match http_get(&endpoint, "/health").await {
                 Ok((200, body)) if body.contains("\"health\":\"true\"") => return,

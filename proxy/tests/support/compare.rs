@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ctl::{Background, CtlOutput, etcdctl, indent};
-use super::{EtcdCluster, Normalizer, Proxy, try_wait_for};
+use super::pair::Pair;
+use super::{Normalizer, Proxy, try_wait_for};
 
 /// One side of the comparison.
 pub struct Target {
@@ -105,39 +106,29 @@ pub struct Compare {
     pub direct: Target,
     pub other: Target,
     step: usize,
-    // Dropped after the targets; the proxy before the clusters.
-    proxy: Option<Proxy>,
-    clusters: Vec<EtcdCluster>,
+    pair: Pair,
 }
 
 impl Compare {
     /// Two fresh single-member etcd clusters, one direct and one behind a proxy started
-    /// with `extra_proxy_args`.
+    /// with `extra_proxy_args` (see [`Pair`]).
     pub async fn start(extra_proxy_args: &[&str]) -> Self {
-        let self_check = std::env::var("PROXY_TESTS_SELF_CHECK").is_ok_and(|v| v == "1");
-        let (a, b) = tokio::join!(EtcdCluster::start(1), EtcdCluster::start(1));
-        let (proxy, other) = if self_check {
-            (
-                None,
-                Target::new("direct-2", b.endpoint(0), b.scratch_dir()),
-            )
-        } else {
-            let proxy = Proxy::start(&b.endpoints(), extra_proxy_args).await;
-            let target = Target::new("proxy", proxy.addr(), b.scratch_dir());
-            (Some(proxy), target)
-        };
+        let pair = Pair::start(extra_proxy_args).await;
         Self {
-            direct: Target::new("direct", a.endpoint(0), a.scratch_dir()),
-            other,
+            direct: Target::new("direct", pair.direct.clone(), pair.cluster(0).scratch_dir()),
+            other: Target::new(
+                pair.other_name,
+                pair.other.clone(),
+                pair.cluster(1).scratch_dir(),
+            ),
             step: 0,
-            proxy,
-            clusters: vec![a, b],
+            pair,
         }
     }
 
     /// The proxy (None in self-check mode).
     pub fn proxy(&self) -> Option<&Proxy> {
-        self.proxy.as_ref()
+        self.pair.proxy()
     }
 
     /// Runs `etcdctl ARGS` against both targets and compares; returns what both showed.

@@ -14,6 +14,7 @@ pub mod compare;
 pub mod ctl;
 pub mod net;
 pub mod normalize;
+pub mod pair;
 pub mod proxy;
 
 use std::future::Future;
@@ -94,10 +95,10 @@ pub fn temp_dir(prefix: &str) -> tempfile::TempDir {
         b.prefix(prefix);
         b
     };
-    if shm.is_dir() {
-        if let Ok(dir) = builder.tempdir_in(shm) {
-            return dir;
-        }
+    if shm.is_dir()
+        && let Ok(dir) = builder.tempdir_in(shm)
+    {
+        return dir;
     }
     builder.tempdir().expect("create a temporary directory")
 }

@@ -61,13 +61,13 @@ impl Proxy {
     async fn wait_healthy(&mut self) {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "the proxy exited with {status} while starting; its output:\n{}",
-                        self.log_tail(80)
-                    );
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "the proxy exited with {status} while starting; its output:\n{}",
+                    self.log_tail(80)
+                );
             }
             let last = match http_get(&self.addr, "/health").await {
                 Ok((200, _)) => return,
