@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod compare;
 pub mod ctl;
+pub mod grpc;
 pub mod net;
 pub mod normalize;
 pub mod pair;

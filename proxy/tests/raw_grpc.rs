@@ -1,0 +1,398 @@
+//! The raw etcd v3 gRPC API through the proxy, at the level of streams, metadata and status
+//! codes, compared with the same calls made to etcd directly.
+
+mod support;
+
+use prost::Message as _;
+use proto::etcdserverpb::auth_client::AuthClient;
+use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::lease_client::LeaseClient;
+use proto::etcdserverpb::watch_client::WatchClient;
+use proto::etcdserverpb::{
+    AuthenticateRequest, CompactionRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseRevokeRequest, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest,
+    watch_request::RequestUnion,
+};
+use std::time::Duration;
+use support::grpc::{channel, status, with_meta};
+use support::{EtcdCluster, Proxy};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A hang guard for single stream reads: far above what any of them takes.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One keep-alive request on a stream that is then half-closed: what comes back, message by
+/// message, until the end (`Ok(None)`) or an error.
+async fn keep_alive_once(addr: &str, id: i64) -> Vec<String> {
+    let mut lease = LeaseClient::new(channel(addr).await);
+    let requests = tokio_stream::iter(vec![LeaseKeepAliveRequest { id }]);
+    let mut stream = lease
+        .lease_keep_alive(requests)
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: LeaseKeepAlive: {e}"))
+        .into_inner();
+    let mut seen = Vec::new();
+    loop {
+        let next = tokio::time::timeout(READ_TIMEOUT, stream.message())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{addr}: no response or end of stream within {READ_TIMEOUT:?}; saw {seen:?}")
+            });
+        match next {
+            Ok(Some(r)) => seen.push(format!(
+                "response: same id {}, ttl > 0 {}",
+                r.id == id,
+                r.ttl > 0
+            )),
+            Ok(None) => {
+                seen.push("end of stream".to_string());
+                return seen;
+            }
+            Err(e) => {
+                seen.push(format!("error {}", status(&e)));
+                return seen;
+            }
+        }
+        assert!(seen.len() < 10, "{addr}: too many responses: {seen:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keepalive_half_close_gets_one_answer_then_clean_end_like_etcd() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let mut lease = LeaseClient::new(channel(&etcd.endpoint(0)).await);
+    let id = lease
+        .lease_grant(LeaseGrantRequest { ttl: 60, id: 0 })
+        .await
+        .expect("grant")
+        .into_inner()
+        .id;
+
+    let direct = keep_alive_once(&etcd.endpoint(0), id).await;
+    let through = keep_alive_once(&proxy.addr(), id).await;
+    assert_eq!(
+        direct,
+        vec!["response: same id true, ttl > 0 true", "end of stream"],
+        "direct etcd"
+    );
+    assert_eq!(through, direct, "through the proxy vs direct etcd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_over_max_recv_bytes_is_resource_exhausted_and_proxy_keeps_serving() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(
+        &etcd.endpoints(),
+        // Like etcd's grpc-proxy, the proxy refuses a recv limit below the send limit.
+        &["--max-recv-bytes=1024", "--max-send-bytes=1024"],
+    )
+    .await;
+    let mut kv = KvClient::new(channel(&proxy.addr()).await);
+
+    let big = PutRequest {
+        key: b"big".to_vec(),
+        value: vec![b'x'; 2000],
+        ..Default::default()
+    };
+    let size = big.encoded_len();
+    let err = kv
+        .put(big)
+        .await
+        .expect_err("a request larger than --max-recv-bytes must fail");
+    assert_eq!(
+        status(&err),
+        format!("ResourceExhausted: grpc: received message larger than max ({size} vs. 1024)")
+    );
+
+    // The same connection and a new one both keep working.
+    let small = PutRequest {
+        key: b"small".to_vec(),
+        value: b"ok".to_vec(),
+        ..Default::default()
+    };
+    kv.put(small.clone())
+        .await
+        .expect("a small put on the same connection after the oversized one");
+    let mut kv2 = KvClient::new(channel(&proxy.addr()).await);
+    let got = kv2
+        .range(RangeRequest {
+            key: b"small".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("range on a new connection")
+        .into_inner();
+    assert_eq!(got.kvs.len(), 1);
+    assert_eq!(got.kvs[0].value, b"ok");
+    let mut direct = KvClient::new(channel(&etcd.endpoint(0)).await);
+    let big_direct = direct
+        .range(RangeRequest {
+            key: b"big".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("range direct")
+        .into_inner();
+    assert!(
+        big_direct.kvs.is_empty(),
+        "the oversized put must not have reached etcd"
+    );
+    assert_eq!(proxy.health().await.map(|(code, _)| code), Ok(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_token_metadata_reaches_etcd_and_errors_match_direct() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let ep = etcd.endpoint(0);
+    support::ctl::etcdctl_ok(&ep, &["put", "k", "v"]).await;
+    support::ctl::etcdctl_ok(&ep, &["user", "add", "root:rootpw"]).await;
+    support::ctl::etcdctl_ok(&ep, &["auth", "enable"]).await;
+
+    let range = || RangeRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    };
+    let token_via = |addr: String| async move {
+        AuthClient::new(channel(&addr).await)
+            .authenticate(AuthenticateRequest {
+                name: "root".into(),
+                password: "rootpw".into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("authenticate via {addr}: {e}"))
+            .into_inner()
+            .token
+    };
+    let token = token_via(proxy.addr()).await;
+    assert!(
+        !token.is_empty(),
+        "Authenticate through the proxy gave no token"
+    );
+
+    let mut via_proxy = KvClient::new(channel(&proxy.addr()).await);
+    let mut direct = KvClient::new(channel(&ep).await);
+    let ok = via_proxy
+        .range(with_meta(range(), "token", &token))
+        .await
+        .expect("range with a valid token through the proxy")
+        .into_inner();
+    assert_eq!(ok.kvs.len(), 1);
+    assert_eq!(ok.kvs[0].value, b"v");
+
+    for (what, token) in [("no token", None), ("a bogus token", Some("bogus.1"))] {
+        let req = |r| match token {
+            Some(t) => with_meta(r, "token", t),
+            None => tonic::Request::new(r),
+        };
+        let d = direct
+            .range(req(range()))
+            .await
+            .expect_err("direct etcd must refuse");
+        let p = via_proxy
+            .range(req(range()))
+            .await
+            .expect_err("the proxy must refuse");
+        assert_eq!(status(&p), status(&d), "range with {what}");
+    }
+    let d = direct
+        .range(tonic::Request::new(range()))
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        status(&d),
+        "InvalidArgument: etcdserver: user name is empty"
+    );
+
+    // A put with the token (a write, forwarded once) also works.
+    let put = PutRequest {
+        key: b"k2".to_vec(),
+        value: b"v2".to_vec(),
+        ..Default::default()
+    };
+    via_proxy
+        .put(with_meta(put, "token", &token))
+        .await
+        .expect("put with a valid token through the proxy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_with_hasleader_metadata_works_through_proxy() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let mut watch = WatchClient::new(channel(&proxy.addr()).await);
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"hl".to_vec(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .expect("queue create");
+    let mut stream = watch
+        .watch(with_meta(ReceiverStream::new(rx), "hasleader", "true"))
+        .await
+        .expect("watch with hasleader through the proxy")
+        .into_inner();
+    let created = tokio::time::timeout(READ_TIMEOUT, stream.message())
+        .await
+        .expect("created response within the hang guard")
+        .expect("watch stream error")
+        .expect("watch stream ended");
+    assert!(
+        created.created,
+        "first response must be 'created': {created:?}"
+    );
+
+    let mut kv = KvClient::new(channel(&proxy.addr()).await);
+    kv.put(PutRequest {
+        key: b"hl".to_vec(),
+        value: b"1".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .expect("put");
+    let event = tokio::time::timeout(READ_TIMEOUT, stream.message())
+        .await
+        .expect("event within the hang guard")
+        .expect("watch stream error")
+        .expect("watch stream ended");
+    assert_eq!(event.events.len(), 1, "{event:?}");
+    let kv = event.events[0].kv.as_ref().expect("event kv");
+    assert_eq!(
+        (kv.key.as_slice(), kv.value.as_slice()),
+        (&b"hl"[..], &b"1"[..])
+    );
+    drop(tx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_status_codes_and_messages_pass_unchanged() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let ep = etcd.endpoint(0);
+    let mut direct = KvClient::new(channel(&ep).await);
+    let mut via_proxy = KvClient::new(channel(&proxy.addr()).await);
+    let mut rev = 0;
+    for i in 0..4 {
+        rev = direct
+            .put(PutRequest {
+                key: b"c".to_vec(),
+                value: format!("{i}").into_bytes(),
+                ..Default::default()
+            })
+            .await
+            .expect("put")
+            .into_inner()
+            .header
+            .expect("header")
+            .revision;
+    }
+    direct
+        .compact(CompactionRequest {
+            revision: rev - 1,
+            physical: true,
+        })
+        .await
+        .expect("compact");
+
+    let compacted = RangeRequest {
+        key: b"c".to_vec(),
+        revision: 2,
+        ..Default::default()
+    };
+    let future = RangeRequest {
+        key: b"c".to_vec(),
+        revision: rev + 100,
+        ..Default::default()
+    };
+    let empty_key = PutRequest {
+        key: vec![],
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    let cases: Vec<(&str, String, String)> = vec![
+        (
+            "range at a compacted revision",
+            status(&direct.range(compacted.clone()).await.expect_err("direct")),
+            status(&via_proxy.range(compacted).await.expect_err("proxy")),
+        ),
+        (
+            "range at a future revision",
+            status(&direct.range(future.clone()).await.expect_err("direct")),
+            status(&via_proxy.range(future).await.expect_err("proxy")),
+        ),
+        (
+            "put with an empty key",
+            status(&direct.put(empty_key.clone()).await.expect_err("direct")),
+            status(&via_proxy.put(empty_key).await.expect_err("proxy")),
+        ),
+        (
+            "compact at the compacted revision",
+            status(
+                &direct
+                    .compact(CompactionRequest {
+                        revision: rev - 1,
+                        physical: false,
+                    })
+                    .await
+                    .expect_err("direct"),
+            ),
+            status(
+                &via_proxy
+                    .compact(CompactionRequest {
+                        revision: rev - 1,
+                        physical: false,
+                    })
+                    .await
+                    .expect_err("proxy"),
+            ),
+        ),
+    ];
+    let mut lease_direct = LeaseClient::new(channel(&ep).await);
+    let mut lease_proxy = LeaseClient::new(channel(&proxy.addr()).await);
+    let revoke_missing = (
+        "revoke of an unknown lease",
+        status(
+            &lease_direct
+                .lease_revoke(LeaseRevokeRequest { id: 12345 })
+                .await
+                .expect_err("direct"),
+        ),
+        status(
+            &lease_proxy
+                .lease_revoke(LeaseRevokeRequest { id: 12345 })
+                .await
+                .expect_err("proxy"),
+        ),
+    );
+    for (what, d, p) in cases.iter().chain(std::iter::once(&revoke_missing)) {
+        assert_eq!(p, d, "{what}: through the proxy vs direct etcd");
+    }
+    assert_eq!(
+        cases[0].1,
+        "OutOfRange: etcdserver: mvcc: required revision has been compacted"
+    );
+    assert_eq!(
+        cases[2].1,
+        "InvalidArgument: etcdserver: key is not provided"
+    );
+}
