@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod compare;
 pub mod ctl;
 pub mod grpc;
+pub mod metrics;
 pub mod net;
 pub mod normalize;
 pub mod pair;
