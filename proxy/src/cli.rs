@@ -49,6 +49,13 @@ struct StartArgs {
     /// Concurrent HTTP/2 streams per client connection
     #[arg(long, default_value_t = u32::MAX)]
     max_concurrent_streams: u32,
+    /// Watch responses a client stream may leave unread before the proxy ends that stream
+    #[arg(long, default_value_t = crate::config::DEFAULT_WATCH_BUFFER_SIZE)]
+    watch_buffer_size: usize,
+    /// Revisions a new watcher without start revision may start behind the newest known one to share an upstream
+    /// watcher at once (0: never; it gets etcd's exact start and is merged later)
+    #[arg(long, default_value_t = 0)]
+    watch_max_join_lag: u32,
     /// Seed of the proxy's random choices (default: drawn from the OS at start and logged)
     #[arg(long)]
     seed: Option<u64>,
@@ -191,6 +198,11 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
         while_idle: true,
     };
     config.max_concurrent_streams = args.max_concurrent_streams;
+    if args.watch_buffer_size == 0 {
+        return Err("--watch-buffer-size must be greater than 0".into());
+    }
+    config.watch_buffer_size = args.watch_buffer_size;
+    config.watch_max_join_lag = i64::from(args.watch_max_join_lag);
     Ok(Cli {
         config,
         debug: args.debug,

@@ -112,6 +112,11 @@ pub struct Config {
     pub client_keepalive: KeepAlive,
     /// Concurrent HTTP/2 streams per client connection.
     pub max_concurrent_streams: u32,
+    /// Responses a client Watch stream may have unread before the proxy ends it (`--watch-buffer-size`).
+    pub watch_buffer_size: usize,
+    /// How far (in revisions) behind the newest known revision a running upstream watcher may be for a new
+    /// watcher without start revision to join it (`--watch-max-join-lag`); 0 means never.
+    pub watch_max_join_lag: i64,
     /// Seed of every random choice the proxy makes, so that a run can be reproduced.
     pub seed: u64,
     /// How long graceful shutdown waits for in-flight calls before closing connections.
@@ -138,12 +143,16 @@ impl Config {
                 while_idle: true,
             },
             max_concurrent_streams: u32::MAX,
+            watch_buffer_size: DEFAULT_WATCH_BUFFER_SIZE,
+            watch_max_join_lag: 0,
             seed,
             shutdown_grace: Duration::from_secs(10),
         }
     }
 }
 
+/// Default `--watch-buffer-size`: etcd's Go proxy buffers 1024 responses per stream too.
+pub const DEFAULT_WATCH_BUFFER_SIZE: usize = 1024;
 /// etcd's default `--max-send-bytes`: 1.5 MiB, etcd's default request size limit.
 pub const DEFAULT_MAX_SEND_BYTES: usize = 1_572_864;
 /// etcd's default `--max-recv-bytes`: `math.MaxInt32`.

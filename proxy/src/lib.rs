@@ -85,7 +85,7 @@ impl BoundProxy {
         let upstream =
             upstream::Upstream::new(&self.config, self.net, metrics.clone(), stop_rx.clone());
         let app = Arc::new(server::App {
-            grpc: server::grpc_routes(&upstream, &metrics, self.config.max_recv_bytes),
+            grpc: server::grpc_routes(&upstream, &metrics, &self.config),
             upstream,
             metrics,
         });

@@ -30,6 +30,14 @@ pub struct Metrics {
     pub lease_renewals_forwarded: IntCounter,
     /// Client keep-alive requests answered by a renewal another request triggered.
     pub lease_renewals_shared: IntCounter,
+    /// Client watchers that share an upstream watcher with another (client watchers minus upstream watchers).
+    pub watchers_coalescing: IntGauge,
+    /// Events delivered to more than one client watcher from one upstream event (receivers − 1 per response).
+    pub watch_events_coalescing: IntCounter,
+    /// Client watchers open now.
+    pub watch_client_watchers: IntGauge,
+    /// Upstream watchers open now.
+    pub watch_upstream_watchers: IntGauge,
     /// `/health` checks that passed and failed (etcd's names).
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
@@ -96,6 +104,22 @@ impl Metrics {
             "etcd_grpc_proxy_lease_renewals_shared_total",
             "Client keep-alive requests answered by a renewal that another request triggered.",
         )?;
+        let watchers_coalescing = IntGauge::new(
+            "etcd_grpc_proxy_watchers_coalescing_total",
+            "Client watchers that share an upstream watcher with another client watcher.",
+        )?;
+        let watch_events_coalescing = IntCounter::new(
+            "etcd_grpc_proxy_events_coalescing_total",
+            "Upstream watch responses delivered to more than one client watcher, counted per extra receiver.",
+        )?;
+        let watch_client_watchers = IntGauge::new(
+            "etcd_grpc_proxy_watch_client_watchers",
+            "Client watchers open now.",
+        )?;
+        let watch_upstream_watchers = IntGauge::new(
+            "etcd_grpc_proxy_watch_upstream_watchers",
+            "Upstream watchers open on etcd now.",
+        )?;
         let health_success = IntCounter::new(
             "etcd_server_health_success",
             "The total number of successful health checks",
@@ -114,6 +138,10 @@ impl Metrics {
         registry.register(Box::new(lease_upstream_streams.clone()))?;
         registry.register(Box::new(lease_renewals_forwarded.clone()))?;
         registry.register(Box::new(lease_renewals_shared.clone()))?;
+        registry.register(Box::new(watchers_coalescing.clone()))?;
+        registry.register(Box::new(watch_events_coalescing.clone()))?;
+        registry.register(Box::new(watch_client_watchers.clone()))?;
+        registry.register(Box::new(watch_upstream_watchers.clone()))?;
         registry.register(Box::new(health_success.clone()))?;
         registry.register(Box::new(health_failures.clone()))?;
         Ok(Self {
@@ -128,6 +156,10 @@ impl Metrics {
             lease_upstream_streams,
             lease_renewals_forwarded,
             lease_renewals_shared,
+            watchers_coalescing,
+            watch_events_coalescing,
+            watch_client_watchers,
+            watch_upstream_watchers,
             health_success,
             health_failures,
         })

@@ -34,7 +34,7 @@ pub struct App {
 }
 
 /// Builds the gRPC routes: every etcd service, with the proxy's receive limit on what clients send.
-pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, max_recv: usize) -> Routes {
+pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, config: &Config) -> Routes {
     use proto::etcdserverpb::{
         auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
         lease_server::LeaseServer, maintenance_server::MaintenanceServer,
@@ -44,6 +44,11 @@ pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, max_recv: usize)
     use proto::v3lockpb::lock_server::LockServer;
 
     let passthrough = crate::passthrough::Passthrough::new(upstream.clone());
+    let max_recv = config.max_recv_bytes;
+    let watch_config = crate::watch::hub::HubConfig {
+        max_join_lag: config.watch_max_join_lag,
+        fragment_limit: config.max_send_bytes,
+    };
     macro_rules! limited {
         ($server:expr) => {
             $server
@@ -55,7 +60,10 @@ pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, max_recv: usize)
         upstream.clone()
     ))))
     .add_service(limited!(WatchServer::new(crate::watch::WatchService::new(
-        upstream.clone()
+        upstream.clone(),
+        metrics.clone(),
+        watch_config,
+        config.watch_buffer_size
     ))))
     .add_service(limited!(LeaseServer::new(crate::lease::LeaseService::new(
         upstream.clone(),

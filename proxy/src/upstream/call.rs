@@ -1,15 +1,15 @@
 //! Calls to etcd with the retry policy: reads are retried on the next endpoint within a deadline when the endpoint
-//! fails; writes only when they provably never left the proxy. Streams are re-opened on the next endpoint while
-//! nothing has been answered yet; once they run, an upstream failure ends the client's stream with Unavailable.
+//! fails; writes only when they provably never left the proxy. Server streams (Snapshot, Observe) are opened like
+//! reads; once they run, an upstream failure ends the client's stream with Unavailable. (Watch and LeaseKeepAlive
+//! have their own upstream streams: see `watch` and `lease`.)
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -27,9 +27,6 @@ pub enum Retry {
 
 /// A response stream as the proxy's services return it.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-/// Messages queued towards one upstream stream before it answers.
-const STREAM_QUEUE: usize = 64;
 
 impl Upstream {
     fn check_send<M: prost::Message>(&self, message: &M) -> Result<(), Status> {
@@ -131,113 +128,21 @@ impl Upstream {
                 }
             }
         };
-        Ok(Response::new(self.relay(index, response, None)))
-    }
-
-    /// A bidirectional stream (Watch, LeaseKeepAlive), forwarded 1:1.
-    ///
-    /// Until etcd answers, the client's messages are kept so that the stream can be re-opened on another endpoint
-    /// and replayed if the endpoint fails; etcd sends its response headers with its first answer, so this window
-    /// lasts until the first response. A client half-close is passed upstream, where etcd decides, exactly as if
-    /// the client were connected directly, whether pending answers still arrive.
-    pub async fn bidi<Req, Resp, F, Fut>(
-        self: &Arc<Self>,
-        request: Request<Streaming<Req>>,
-        call: F,
-    ) -> Result<Response<BoxStream<Resp>>, Status>
-    where
-        Req: prost::Message + Clone + 'static,
-        Resp: Send + 'static,
-        F: Fn(Channel, Request<ReceiverStream<Req>>) -> Fut,
-        Fut: Future<Output = Result<Response<Streaming<Resp>>, Status>>,
-    {
-        let forwarded = Forwarded::capture(&request);
-        let mut inbound = request.into_inner();
-        let mut sent: Vec<Req> = Vec::new();
-        let mut client_closed = false;
-        let deadline = Instant::now() + DEFAULT_RETRY_WINDOW;
-        let mut attempt = 0;
-        let (index, response, tx) = loop {
-            attempt += 1;
-            let (index, channel) = self.active();
-            let (tx, rx) = mpsc::channel(STREAM_QUEUE.max(sent.len() + 1));
-            for message in &sent {
-                // The queue was sized to hold every replayed message, so this cannot fail.
-                let _ = tx.try_send(message.clone());
-            }
-            let mut tx = (!client_closed).then_some(tx);
-            let opening = call(channel, forwarded.request(ReceiverStream::new(rx)));
-            tokio::pin!(opening);
-            let outcome = loop {
-                tokio::select! {
-                    outcome = &mut opening => break outcome,
-                    next = inbound.next(), if !client_closed => match next {
-                        Some(Ok(message)) => {
-                            self.check_send(&message)?;
-                            sent.push(message.clone());
-                            if let Some(tx) = &tx {
-                                let _ = tx.send(message).await;
-                            }
-                        }
-                        Some(Err(status)) => return Err(error::to_client(status)),
-                        None => {
-                            client_closed = true;
-                            tx = None;
-                        }
-                    },
-                }
-            };
-            match outcome {
-                Ok(response) => break (index, response.into_inner(), tx),
-                Err(status) => {
-                    self.after_failure(index, status, Retry::ReadOnly, deadline, attempt)
-                        .await?
-                }
-            }
-        };
-        let (abort_tx, abort_rx) = mpsc::channel(1);
-        if let Some(tx) = tx {
-            let limit = self.max_send_bytes;
-            tokio::spawn(async move {
-                while let Some(next) = inbound.next().await {
-                    let message = match next {
-                        Ok(message) if message.encoded_len() > limit => {
-                            let _ = abort_tx
-                                .send(error::sending_too_large(message.encoded_len(), limit))
-                                .await;
-                            return;
-                        }
-                        Ok(message) => message,
-                        Err(status) => {
-                            let _ = abort_tx.send(error::to_client(status)).await;
-                            return;
-                        }
-                    };
-                    if tx.send(message).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        Ok(Response::new(self.relay(index, response, Some(abort_rx))))
+        Ok(Response::new(self.relay(index, response)))
     }
 
     /// Relays an upstream response stream to the client. An endpoint failure ends it with Unavailable (so the
-    /// client re-establishes the stream, now on another endpoint) and triggers failover.
-    ///
-    /// The stream also ends when the proxy shuts down (Unavailable, so the client reconnects elsewhere) and when
-    /// `abort` yields a status (a bad message from the client on a bidirectional stream).
+    /// client re-establishes the stream, now on another endpoint) and triggers failover. The stream also ends,
+    /// with Unavailable, when the proxy shuts down.
     fn relay<Resp: Send + 'static>(
         self: &Arc<Self>,
         index: usize,
         upstream: Streaming<Resp>,
-        abort: Option<mpsc::Receiver<Status>>,
     ) -> BoxStream<Resp> {
         let state = Relay {
             upstream: self.clone(),
             index,
             stream: upstream,
-            abort,
             shutdown: self.shutdown.clone(),
             done: false,
         };
@@ -252,7 +157,6 @@ struct Relay<Resp> {
     upstream: Arc<Upstream>,
     index: usize,
     stream: Streaming<Resp>,
-    abort: Option<mpsc::Receiver<Status>>,
     shutdown: watch::Receiver<bool>,
     done: bool,
 }
@@ -262,17 +166,9 @@ impl<Resp> Relay<Resp> {
         if self.done {
             return None;
         }
-        let abort = &mut self.abort;
-        let aborted = async move {
-            match abort.as_mut() {
-                Some(abort) => abort.recv().await,
-                None => None,
-            }
-        };
         let shutting_down = self.shutdown.wait_for(|down| *down);
         let item = tokio::select! {
             biased;
-            Some(status) = aborted => Some(Err(status)),
             Ok(_) = shutting_down => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
             item = self.stream.next() => match item {
                 Some(Err(status)) if error::is_endpoint_failure(&status) => {

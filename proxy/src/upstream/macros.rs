@@ -36,20 +36,4 @@ macro_rules! forward_server_stream {
     }};
 }
 
-/// Forwards a bidirectional stream 1:1: `forward_bidi!(upstream, request, WatchClient::watch)`.
-macro_rules! forward_bidi {
-    ($upstream:expr, $request:expr, $client:ident :: $method:ident) => {{
-        let max_recv = $upstream.max_recv_bytes;
-        $upstream
-            .bidi($request, move |channel, request| async move {
-                $client::new(channel)
-                    .max_decoding_message_size(max_recv)
-                    .max_encoding_message_size(usize::MAX)
-                    .$method(request)
-                    .await
-            })
-            .await
-    }};
-}
-
-pub(crate) use {forward_bidi, forward_server_stream, forward_unary};
+pub(crate) use {forward_server_stream, forward_unary};

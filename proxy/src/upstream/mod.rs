@@ -20,7 +20,7 @@ use tonic::transport::{Channel, Endpoint as TonicEndpoint};
 
 pub use call::{BoxStream, Retry};
 pub use forward::Forwarded;
-pub(crate) use macros::{forward_bidi, forward_server_stream, forward_unary};
+pub(crate) use macros::{forward_server_stream, forward_unary};
 
 use crate::config::{Config, Endpoint};
 use crate::metrics::Metrics;

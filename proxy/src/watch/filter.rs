@@ -1,0 +1,241 @@
+//! What one client watcher sees of a shared upstream watcher's responses: events from its own next revision on,
+//! its NOPUT/NODELETE filters, prev_kv only if it asked, and etcd's fragmentation of large responses.
+
+use prost::Message;
+use proto::etcdserverpb::watch_create_request::FilterType;
+use proto::etcdserverpb::{WatchCreateRequest, WatchResponse};
+use proto::mvccpb::{Event, event::EventType};
+
+/// A client watcher's options, applied in the proxy so that they do not prevent sharing upstream watchers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Interest {
+    pub no_put: bool,
+    pub no_delete: bool,
+    pub prev_kv: bool,
+    pub progress_notify: bool,
+    pub fragment: bool,
+}
+
+impl Interest {
+    pub fn of(request: &WatchCreateRequest) -> Self {
+        let has = |f: FilterType| request.filters.contains(&(f as i32));
+        Self {
+            no_put: has(FilterType::Noput),
+            no_delete: has(FilterType::Nodelete),
+            prev_kv: request.prev_kv,
+            progress_notify: request.progress_notify,
+            fragment: request.fragment,
+        }
+    }
+}
+
+/// The events of an upstream batch that a client watcher must receive, given the revision of the next event it
+/// may receive (`next_rev`), which is advanced past every event of the batch, filtered ones included.
+pub fn select_events(events: &[Event], next_rev: &mut i64, interest: &Interest) -> Vec<Event> {
+    let mut selected = Vec::new();
+    let mut last_seen = None;
+    for event in events {
+        let revision = event.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+        if revision < *next_rev {
+            continue;
+        }
+        last_seen = Some(revision);
+        let is_put = event.r#type == EventType::Put as i32;
+        if (is_put && interest.no_put) || (!is_put && interest.no_delete) {
+            continue;
+        }
+        let mut event = event.clone();
+        if !interest.prev_kv {
+            event.prev_kv = None;
+        }
+        selected.push(event);
+    }
+    // Advance only after the batch: one transaction yields several events with the same revision.
+    if let Some(revision) = last_seen {
+        *next_rev = (*next_rev).max(revision + 1);
+    }
+    selected
+}
+
+/// Splits a response whose encoding exceeds `limit` bytes into fragments, as etcd does for watchers that asked for
+/// `fragment`: every fragment but the last has `fragment` set, and each holds at least one event.
+pub fn fragments(response: WatchResponse, limit: usize) -> Vec<WatchResponse> {
+    if response.events.len() < 2 || response.encoded_len() <= limit {
+        return vec![response];
+    }
+    let template = WatchResponse {
+        events: Vec::new(),
+        ..response.clone()
+    };
+    let overhead = template.encoded_len();
+    let mut out: Vec<WatchResponse> = Vec::new();
+    let mut current = template.clone();
+    let mut size = overhead;
+    for event in response.events {
+        let event_size = event.encoded_len() + 8;
+        if !current.events.is_empty() && size + event_size > limit {
+            current.fragment = true;
+            out.push(std::mem::replace(&mut current, template.clone()));
+            size = overhead;
+        }
+        size += event_size;
+        current.events.push(event);
+    }
+    out.push(current);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::mvccpb::KeyValue;
+
+    fn event(kind: EventType, key: &str, revision: i64) -> Event {
+        Event {
+            r#type: kind as i32,
+            kv: Some(KeyValue {
+                key: key.into(),
+                mod_revision: revision,
+                value: vec![b'v'; 10],
+                ..Default::default()
+            }),
+            prev_kv: Some(KeyValue {
+                key: key.into(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn revisions(events: &[Event]) -> Vec<i64> {
+        events
+            .iter()
+            .map(|e| e.kv.as_ref().unwrap().mod_revision)
+            .collect()
+    }
+
+    #[test]
+    fn events_before_the_watchers_next_revision_are_skipped() {
+        let batch = [
+            event(EventType::Put, "a", 4),
+            event(EventType::Put, "b", 5),
+            event(EventType::Delete, "a", 6),
+        ];
+        let mut next_rev = 5;
+        let got = select_events(
+            &batch,
+            &mut next_rev,
+            &Interest {
+                prev_kv: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(revisions(&got), vec![5, 6]);
+        assert_eq!(next_rev, 7);
+    }
+
+    #[test]
+    fn filters_hide_events_but_still_advance_the_next_revision() {
+        let batch = [
+            event(EventType::Put, "a", 4),
+            event(EventType::Delete, "a", 5),
+        ];
+        let mut next_rev = 0;
+        let got = select_events(
+            &batch,
+            &mut next_rev,
+            &Interest {
+                no_delete: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(revisions(&got), vec![4]);
+        assert_eq!(next_rev, 6, "a filtered event is not delivered later");
+        let mut next_rev = 0;
+        let got = select_events(
+            &batch,
+            &mut next_rev,
+            &Interest {
+                no_put: true,
+                no_delete: true,
+                ..Default::default()
+            },
+        );
+        assert!(got.is_empty());
+        assert_eq!(next_rev, 6);
+    }
+
+    #[test]
+    fn events_of_one_transaction_share_a_revision_and_all_arrive() {
+        let batch = [event(EventType::Put, "a", 7), event(EventType::Put, "b", 7)];
+        let mut next_rev = 7;
+        assert_eq!(
+            revisions(&select_events(&batch, &mut next_rev, &Interest::default())),
+            vec![7, 7]
+        );
+    }
+
+    #[test]
+    fn prev_kv_is_stripped_unless_asked_for() {
+        let batch = [event(EventType::Put, "a", 4)];
+        let mut next_rev = 0;
+        assert!(
+            select_events(&batch, &mut next_rev, &Interest::default())[0]
+                .prev_kv
+                .is_none()
+        );
+        let mut next_rev = 0;
+        let with = Interest {
+            prev_kv: true,
+            ..Default::default()
+        };
+        assert!(
+            select_events(&batch, &mut next_rev, &with)[0]
+                .prev_kv
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn large_responses_are_fragmented_with_every_event_kept_in_order() {
+        let events: Vec<Event> = (1..=10).map(|r| event(EventType::Put, "k", r)).collect();
+        let response = WatchResponse {
+            watch_id: 3,
+            events: events.clone(),
+            ..Default::default()
+        };
+        let limit = events[0].encoded_len() * 3;
+        let parts = fragments(response.clone(), limit);
+        assert!(parts.len() > 1);
+        assert!(
+            parts[..parts.len() - 1].iter().all(|p| p.fragment) && !parts.last().unwrap().fragment
+        );
+        assert!(
+            parts
+                .iter()
+                .all(|p| p.watch_id == 3 && !p.events.is_empty())
+        );
+        let rejoined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(rejoined, events);
+        assert_eq!(fragments(response.clone(), usize::MAX), vec![response]);
+    }
+
+    #[test]
+    fn interest_reads_filters_and_flags() {
+        let request = WatchCreateRequest {
+            filters: vec![FilterType::Nodelete as i32],
+            prev_kv: true,
+            fragment: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            Interest::of(&request),
+            Interest {
+                no_put: false,
+                no_delete: true,
+                prev_kv: true,
+                progress_notify: false,
+                fragment: true
+            }
+        );
+    }
+}

@@ -1,0 +1,707 @@
+//! The watch hub: the state machine that maps client watchers (c-watchers) onto shared upstream watchers
+//! (s-watchers) on one upstream Watch stream. It is synchronous and does no I/O: the [`actor`](super::actor) feeds
+//! it client commands and upstream responses, and sends what it puts in [`Hub::outbox`] upstream.
+//!
+//! Invariants (the reason each rule below exists):
+//! - `s.next_rev`: every event of the s-watcher's range with a lower revision has been received and dispatched.
+//! - `c.next_rev >= s.next_rev` for every receiver `c` of `s`; `c` gets only events at or after `c.next_rev`, so
+//!   moving `c` to an s-watcher that is *behind* it loses nothing and duplicates nothing (the extra events are
+//!   filtered), while moving it to one *ahead* of it would lose events; the hub never does that.
+//! - A watcher created without a start revision always gets etcd's own Created answer (a fresh s-watcher, or one
+//!   whose create has not been sent yet), so its reported start revision is exact; it is merged into an older
+//!   s-watcher on the same range afterwards. With `max_join_lag > 0` it may instead join a running s-watcher at
+//!   most that many revisions behind the newest revision the hub has seen.
+//! - A cancelled or compacted s-watcher is removed at once and never reused; its receivers are told why.
+//! - After the upstream stream is lost, every s-watcher is re-created from its `next_rev`: no gap, no duplicate.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use proto::etcdserverpb::watch_request::RequestUnion;
+use proto::etcdserverpb::{
+    ResponseHeader, WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest,
+    WatchResponse,
+};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::filter::{Interest, fragments, select_events};
+use crate::metrics::Metrics;
+
+/// Identifies one client Watch stream within the hub.
+pub type StreamId = u64;
+
+/// etcd's reply to a create with a watch ID already used on the stream.
+pub const DUPLICATE_WATCH_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+
+/// The sending side of one client stream: answers in order, and an out-of-band channel to end it with a status.
+pub struct StreamSink {
+    pub responses: mpsc::Sender<WatchResponse>,
+    pub abort: mpsc::Sender<Status>,
+    pub requires_leader: bool,
+}
+
+struct ClientStream {
+    sink: StreamSink,
+    watchers: BTreeMap<i64, CWatcher>,
+    next_auto_id: i64,
+}
+
+struct CWatcher {
+    sw: i64,
+    interest: Interest,
+    next_rev: i64,
+    created: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The create has not been sent on the current upstream stream yet.
+    Unsent,
+    /// The create was sent; etcd has not answered it yet.
+    Creating,
+    /// etcd created it; events flow.
+    Running,
+}
+
+struct SWatcher {
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    /// 0 for "from the current revision" (until created); else the revision to start (or resume) from.
+    start_rev: i64,
+    next_rev: i64,
+    phase: Phase,
+    /// Created for a request the hub cannot share (e.g. a negative start revision): etcd answers it as is.
+    private: bool,
+    receivers: BTreeSet<(StreamId, i64)>,
+}
+
+/// Settings of the hub.
+#[derive(Clone, Copy, Debug)]
+pub struct HubConfig {
+    /// A watcher without start revision may join a running s-watcher at most this many revisions behind.
+    pub max_join_lag: i64,
+    /// Responses larger than this are fragmented for watchers that asked for it.
+    pub fragment_limit: usize,
+}
+
+/// See the module documentation.
+pub struct Hub {
+    config: HubConfig,
+    metrics: Metrics,
+    streams: BTreeMap<StreamId, ClientStream>,
+    swatchers: BTreeMap<i64, SWatcher>,
+    ranges: BTreeMap<(Vec<u8>, Vec<u8>), BTreeSet<i64>>,
+    next_sw_id: i64,
+    latest_header: ResponseHeader,
+    /// Streams that asked for progress, waiting for etcd's progress answer.
+    progress_waiters: BTreeSet<StreamId>,
+    progress_in_flight: bool,
+    /// Creates with an invalid range, sent as they are; etcd answers each with watch ID -1, in order.
+    invalid_creates: VecDeque<StreamId>,
+    /// Requests to send upstream.
+    pub outbox: Vec<WatchRequest>,
+    /// This hub's share of the watcher gauges (client watchers, upstream watchers), last reported.
+    reported: (i64, i64),
+}
+
+impl Hub {
+    pub fn new(config: HubConfig, metrics: Metrics) -> Self {
+        Self {
+            config,
+            metrics,
+            streams: BTreeMap::new(),
+            swatchers: BTreeMap::new(),
+            ranges: BTreeMap::new(),
+            next_sw_id: 1,
+            latest_header: ResponseHeader::default(),
+            progress_waiters: BTreeSet::new(),
+            progress_in_flight: false,
+            invalid_creates: VecDeque::new(),
+            outbox: Vec::new(),
+            reported: (0, 0),
+        }
+    }
+
+    /// Whether the hub needs an upstream stream.
+    pub fn needs_upstream(&self) -> bool {
+        !self.swatchers.is_empty() || self.progress_in_flight || !self.invalid_creates.is_empty()
+    }
+
+    /// Whether no client stream is attached.
+    pub fn has_no_streams(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    pub fn open_stream(&mut self, id: StreamId, sink: StreamSink) {
+        self.streams.insert(
+            id,
+            ClientStream {
+                sink,
+                watchers: BTreeMap::new(),
+                next_auto_id: 0,
+            },
+        );
+    }
+
+    /// The client stream ended (cancelled or disconnected): drop all its watchers.
+    pub fn close_stream(&mut self, id: StreamId) {
+        if let Some(stream) = self.streams.remove(&id) {
+            for (watch_id, watcher) in stream.watchers {
+                self.detach(watcher.sw, (id, watch_id));
+            }
+        }
+        self.progress_waiters.remove(&id);
+        self.update_gauges();
+    }
+
+    pub fn create(&mut self, stream_id: StreamId, request: WatchCreateRequest) {
+        let Some(stream) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        let invalid_range = !request.range_end.is_empty()
+            && request.range_end != [0]
+            && request.range_end <= request.key;
+        if invalid_range {
+            // etcd answers with watch ID -1 and its own reason; let it, in order.
+            self.invalid_creates.push_back(stream_id);
+            self.outbox.push(create_request(WatchCreateRequest {
+                watch_id: 0,
+                ..request
+            }));
+            return;
+        }
+        let watch_id = if request.watch_id != 0 {
+            if stream.watchers.contains_key(&request.watch_id) {
+                let reply = WatchResponse {
+                    header: Some(self.latest_header),
+                    watch_id: -1,
+                    created: true,
+                    canceled: true,
+                    cancel_reason: DUPLICATE_WATCH_ID.into(),
+                    ..Default::default()
+                };
+                self.send(stream_id, reply);
+                return;
+            }
+            request.watch_id
+        } else {
+            while stream.watchers.contains_key(&stream.next_auto_id) {
+                stream.next_auto_id += 1;
+            }
+            stream.next_auto_id += 1;
+            stream.next_auto_id - 1
+        };
+        let interest = Interest::of(&request);
+        let start = request.start_revision;
+        let range = (request.key.clone(), request.range_end.clone());
+        let joinable = if start < 0 {
+            None
+        } else {
+            self.find_joinable(&range, start)
+        };
+        let (sw_id, created, next_rev) = match joinable {
+            Some(sw_id) => {
+                let sw = &self.swatchers[&sw_id];
+                match sw.phase {
+                    Phase::Running if start > 0 => (sw_id, true, start),
+                    Phase::Running => (sw_id, true, sw.next_rev),
+                    Phase::Unsent | Phase::Creating => (sw_id, false, start),
+                }
+            }
+            None => {
+                let sw_id = self.next_sw_id;
+                self.next_sw_id += 1;
+                self.swatchers.insert(
+                    sw_id,
+                    SWatcher {
+                        key: request.key,
+                        range_end: request.range_end,
+                        start_rev: start,
+                        next_rev: start.max(0),
+                        phase: Phase::Unsent,
+                        private: start < 0,
+                        receivers: BTreeSet::new(),
+                    },
+                );
+                self.ranges.entry(range).or_default().insert(sw_id);
+                (sw_id, false, start.max(0))
+            }
+        };
+        self.swatchers
+            .get_mut(&sw_id)
+            .expect("just found or made")
+            .receivers
+            .insert((stream_id, watch_id));
+        let stream = self.streams.get_mut(&stream_id).expect("checked above");
+        stream.watchers.insert(
+            watch_id,
+            CWatcher {
+                sw: sw_id,
+                interest,
+                next_rev,
+                created,
+            },
+        );
+        if created {
+            // Joined a running s-watcher: answer at once, as etcd would. A watcher without start revision starts
+            // where the s-watcher stands, and its header says so.
+            let mut header = self.latest_header;
+            if start == 0 {
+                header.revision = next_rev - 1;
+            }
+            self.send(
+                stream_id,
+                WatchResponse {
+                    header: Some(header),
+                    watch_id,
+                    created: true,
+                    ..Default::default()
+                },
+            );
+        }
+        self.update_gauges();
+    }
+
+    /// An s-watcher a new watcher on `range` starting at `start` (0: now) can share without loss or lag.
+    fn find_joinable(&self, range: &(Vec<u8>, Vec<u8>), start: i64) -> Option<i64> {
+        let candidates = self.ranges.get(range)?;
+        candidates.iter().copied().find(|id| {
+            let sw = &self.swatchers[id];
+            if sw.private {
+                return false;
+            }
+            match (sw.phase, start) {
+                // Not sent yet: etcd's answer will be produced after this watcher arrived.
+                (Phase::Unsent, _) => sw.start_rev == start,
+                (Phase::Creating, _) => false,
+                (Phase::Running, 0) => {
+                    self.config.max_join_lag > 0
+                        && self.latest_header.revision - (sw.next_rev - 1)
+                            <= self.config.max_join_lag
+                }
+                (Phase::Running, start) => sw.next_rev <= start,
+            }
+        })
+    }
+
+    pub fn cancel(&mut self, stream_id: StreamId, watch_id: i64) {
+        let Some(stream) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        // etcd ignores a cancel of an unknown watch ID.
+        let Some(watcher) = stream.watchers.remove(&watch_id) else {
+            return;
+        };
+        self.detach(watcher.sw, (stream_id, watch_id));
+        let reply = WatchResponse {
+            header: Some(self.latest_header),
+            watch_id,
+            canceled: true,
+            ..Default::default()
+        };
+        self.send(stream_id, reply);
+        self.update_gauges();
+    }
+
+    pub fn request_progress(&mut self, stream_id: StreamId) {
+        if !self.streams.contains_key(&stream_id) {
+            return;
+        }
+        self.progress_waiters.insert(stream_id);
+        if !self.progress_in_flight {
+            self.progress_in_flight = true;
+            self.outbox.push(WatchRequest {
+                request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+            });
+        }
+    }
+
+    /// Asks etcd for progress without a client asking (a liveness probe). Returns false if one is in flight.
+    pub fn probe(&mut self) -> bool {
+        if self.progress_in_flight {
+            return false;
+        }
+        self.progress_in_flight = true;
+        self.outbox.push(WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+        });
+        true
+    }
+
+    /// Queues the creates of every s-watcher not yet sent on the current stream.
+    pub fn flush_creates(&mut self) {
+        for (&id, sw) in self.swatchers.iter_mut() {
+            if sw.phase == Phase::Unsent {
+                sw.phase = Phase::Creating;
+                self.outbox.push(create_request(WatchCreateRequest {
+                    key: sw.key.clone(),
+                    range_end: sw.range_end.clone(),
+                    start_revision: sw.start_rev,
+                    prev_kv: true,
+                    progress_notify: true,
+                    watch_id: id,
+                    ..Default::default()
+                }));
+            }
+        }
+    }
+
+    /// The upstream stream was lost: everything must be re-created, from where each s-watcher stands.
+    pub fn upstream_lost(&mut self) {
+        self.outbox.clear();
+        for sw in self.swatchers.values_mut() {
+            if sw.phase == Phase::Running {
+                sw.start_rev = sw.next_rev;
+            }
+            sw.phase = Phase::Unsent;
+        }
+        let invalid: Vec<StreamId> = self.invalid_creates.drain(..).collect();
+        for stream_id in invalid {
+            // The invalid create is lost with the stream; answer it as etcd would have, with the last header.
+            let reply = WatchResponse {
+                header: Some(self.latest_header),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: "mvcc: watcher range is empty".into(),
+                ..Default::default()
+            };
+            self.send(stream_id, reply);
+        }
+        if self.progress_in_flight {
+            self.progress_in_flight = false;
+            if !self.progress_waiters.is_empty() {
+                self.progress_in_flight = true;
+                self.outbox.push(WatchRequest {
+                    request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+                });
+            }
+        }
+    }
+
+    /// Ends every client stream that requires a leader with `status` (etcd lost its leader).
+    pub fn fail_leader_requirers(&mut self, status: &Status) {
+        let doomed: Vec<StreamId> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.sink.requires_leader)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in doomed {
+            if let Some(stream) = self.streams.get(&id) {
+                let _ = stream
+                    .sink
+                    .abort
+                    .try_send(Status::new(status.code(), status.message()));
+            }
+            self.close_stream(id);
+        }
+    }
+
+    /// Handles one response from etcd.
+    pub fn upstream_response(&mut self, response: WatchResponse) {
+        if let Some(header) = response.header
+            && header.revision >= self.latest_header.revision
+        {
+            self.latest_header = header;
+        }
+        if response.watch_id == -1 && response.created {
+            if let Some(stream_id) = self.invalid_creates.pop_front() {
+                self.send(stream_id, response);
+            }
+            return;
+        }
+        if response.watch_id == -1 {
+            self.progress_answered(response);
+            return;
+        }
+        let sw_id = response.watch_id;
+        // Responses for an s-watcher the hub cancelled are late; nobody listens.
+        if !self.swatchers.contains_key(&sw_id) {
+            return;
+        }
+        if response.canceled {
+            self.s_watcher_ended(sw_id, &response);
+        } else if response.created {
+            self.s_watcher_created(sw_id, &response);
+        } else if !response.events.is_empty() {
+            self.dispatch_events(sw_id, &response);
+        } else {
+            self.dispatch_progress(sw_id, &response);
+        }
+        self.merge_range_of(sw_id);
+        self.update_gauges();
+    }
+
+    fn progress_answered(&mut self, response: WatchResponse) {
+        self.progress_in_flight = false;
+        for stream_id in std::mem::take(&mut self.progress_waiters) {
+            self.send(
+                stream_id,
+                WatchResponse {
+                    header: response.header,
+                    watch_id: -1,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+
+    fn s_watcher_created(&mut self, sw_id: i64, response: &WatchResponse) {
+        let header = response.header.unwrap_or_default();
+        let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
+        sw.phase = Phase::Running;
+        if sw.start_rev == 0 {
+            sw.next_rev = header.revision + 1;
+        }
+        let next_rev = sw.next_rev;
+        // Receivers told before (this is a re-create after the upstream stream was lost) hear nothing.
+        let receivers: Vec<_> = sw.receivers.iter().copied().collect();
+        for (stream_id, watch_id) in receivers {
+            let Some(watcher) = self.watcher_mut(stream_id, watch_id) else {
+                continue;
+            };
+            if watcher.created {
+                continue;
+            }
+            watcher.created = true;
+            watcher.next_rev = watcher.next_rev.max(next_rev);
+            let reply = WatchResponse {
+                header: Some(header),
+                watch_id,
+                created: true,
+                ..Default::default()
+            };
+            self.send(stream_id, reply);
+        }
+    }
+
+    fn s_watcher_ended(&mut self, sw_id: i64, response: &WatchResponse) {
+        let Some(sw) = self.remove_s_watcher(sw_id) else {
+            return;
+        };
+        for (stream_id, watch_id) in sw.receivers {
+            let Some(stream) = self.streams.get_mut(&stream_id) else {
+                continue;
+            };
+            let Some(watcher) = stream.watchers.remove(&watch_id) else {
+                continue;
+            };
+            let reply = WatchResponse {
+                header: response.header,
+                watch_id,
+                created: response.created && !watcher.created,
+                canceled: true,
+                compact_revision: response.compact_revision,
+                cancel_reason: response.cancel_reason.clone(),
+                ..Default::default()
+            };
+            self.send(stream_id, reply);
+        }
+    }
+
+    fn dispatch_events(&mut self, sw_id: i64, response: &WatchResponse) {
+        let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
+        if let Some(last) = response
+            .events
+            .iter()
+            .filter_map(|e| e.kv.as_ref())
+            .map(|kv| kv.mod_revision)
+            .max()
+        {
+            sw.next_rev = sw.next_rev.max(last + 1);
+        }
+        let receivers: Vec<_> = sw.receivers.iter().copied().collect();
+        self.metrics
+            .watch_events_coalescing
+            .inc_by(receivers.len().saturating_sub(1) as u64);
+        let limit = self.config.fragment_limit;
+        for (stream_id, watch_id) in receivers {
+            let Some(watcher) = self.watcher_mut(stream_id, watch_id) else {
+                continue;
+            };
+            if !watcher.created {
+                continue;
+            }
+            let interest = watcher.interest;
+            let events = select_events(&response.events, &mut watcher.next_rev, &interest);
+            if events.is_empty() {
+                continue;
+            }
+            let reply = WatchResponse {
+                header: response.header,
+                watch_id,
+                events,
+                ..Default::default()
+            };
+            if interest.fragment {
+                for part in fragments(reply, limit) {
+                    self.send(stream_id, part);
+                }
+            } else {
+                self.send(stream_id, reply);
+            }
+        }
+    }
+
+    fn dispatch_progress(&mut self, sw_id: i64, response: &WatchResponse) {
+        let revision = response.header.map_or(0, |h| h.revision);
+        let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
+        sw.next_rev = sw.next_rev.max(revision + 1);
+        let receivers: Vec<_> = sw.receivers.iter().copied().collect();
+        for (stream_id, watch_id) in receivers {
+            let Some(watcher) = self.watcher_mut(stream_id, watch_id) else {
+                continue;
+            };
+            // A watcher ahead of this s-watcher (merged from a faster one) must not hear of an older revision.
+            if !watcher.created || revision + 1 < watcher.next_rev {
+                continue;
+            }
+            watcher.next_rev = revision + 1;
+            if watcher.interest.progress_notify {
+                self.send(
+                    stream_id,
+                    WatchResponse {
+                        header: response.header,
+                        watch_id,
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+    }
+
+    /// Merges running s-watchers of one range into the one furthest behind (see the invariants).
+    fn merge_range_of(&mut self, sw_id: i64) {
+        let Some(sw) = self.swatchers.get(&sw_id) else {
+            return;
+        };
+        let range = (sw.key.clone(), sw.range_end.clone());
+        let Some(ids) = self.ranges.get(&range) else {
+            return;
+        };
+        let running: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| {
+                let sw = &self.swatchers[id];
+                sw.phase == Phase::Running && !sw.private
+            })
+            .collect();
+        let Some(&target) = running
+            .iter()
+            .min_by_key(|id| (self.swatchers[id].next_rev, **id))
+        else {
+            return;
+        };
+        for other in running.into_iter().filter(|&id| id != target) {
+            let Some(moved) = self.remove_s_watcher(other) else {
+                continue;
+            };
+            for (stream_id, watch_id) in moved.receivers {
+                if let Some(watcher) = self.watcher_mut(stream_id, watch_id) {
+                    watcher.sw = target;
+                    self.swatchers
+                        .get_mut(&target)
+                        .expect("target is live")
+                        .receivers
+                        .insert((stream_id, watch_id));
+                }
+            }
+        }
+    }
+
+    fn watcher_mut(&mut self, stream_id: StreamId, watch_id: i64) -> Option<&mut CWatcher> {
+        self.streams
+            .get_mut(&stream_id)?
+            .watchers
+            .get_mut(&watch_id)
+    }
+
+    /// Removes a receiver; an s-watcher left without receivers is cancelled upstream.
+    fn detach(&mut self, sw_id: i64, receiver: (StreamId, i64)) {
+        let Some(sw) = self.swatchers.get_mut(&sw_id) else {
+            return;
+        };
+        sw.receivers.remove(&receiver);
+        if sw.receivers.is_empty() {
+            self.remove_s_watcher(sw_id);
+        }
+    }
+
+    /// Forgets an s-watcher (cancelling it upstream if etcd knows it) and returns it.
+    fn remove_s_watcher(&mut self, sw_id: i64) -> Option<SWatcher> {
+        let sw = self.swatchers.remove(&sw_id)?;
+        let range = (sw.key.clone(), sw.range_end.clone());
+        if let Some(ids) = self.ranges.get_mut(&range) {
+            ids.remove(&sw_id);
+            if ids.is_empty() {
+                self.ranges.remove(&range);
+            }
+        }
+        if sw.phase != Phase::Unsent {
+            self.outbox.push(WatchRequest {
+                request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest {
+                    watch_id: sw_id,
+                })),
+            });
+        }
+        Some(sw)
+    }
+
+    /// Queues a response to a client stream; a stream whose buffer is full is ended (slow consumer).
+    fn send(&mut self, stream_id: StreamId, response: WatchResponse) {
+        let Some(stream) = self.streams.get(&stream_id) else {
+            return;
+        };
+        match stream.sink.responses.try_send(response) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let capacity = stream.sink.responses.max_capacity();
+                let _ = stream.sink.abort.try_send(Status::resource_exhausted(format!(
+                    "etcd-grpc-proxy: watch stream closed: the client did not read its responses \
+                     (buffer of {capacity} responses full, see --watch-buffer-size)"
+                )));
+                self.close_stream(stream_id);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.close_stream(stream_id),
+        }
+    }
+
+    /// Adds this hub's change in watcher counts to the proxy-wide gauges (several hubs share them).
+    fn update_gauges(&mut self) {
+        let clients = self
+            .streams
+            .values()
+            .map(|s| s.watchers.len())
+            .sum::<usize>() as i64;
+        let upstream = self.swatchers.len() as i64;
+        let (old_clients, old_upstream) =
+            std::mem::replace(&mut self.reported, (clients, upstream));
+        self.metrics
+            .watch_client_watchers
+            .add(clients - old_clients);
+        self.metrics
+            .watch_upstream_watchers
+            .add(upstream - old_upstream);
+        // Client watchers served by an s-watcher they share: never negative, since every s-watcher has a receiver.
+        let coalesced = |c: i64, u: i64| (c - u).max(0);
+        self.metrics
+            .watchers_coalescing
+            .add(coalesced(clients, upstream) - coalesced(old_clients, old_upstream));
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.streams.clear();
+        self.swatchers.clear();
+        self.update_gauges();
+    }
+}
+
+fn create_request(create: WatchCreateRequest) -> WatchRequest {
+    WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(create)),
+    }
+}
