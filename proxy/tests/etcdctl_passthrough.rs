@@ -320,7 +320,7 @@ async fn cluster_and_maintenance_commands_match_direct_etcd() {
     assert!(seen.stdout.contains(", started, m0, "), "{seen:?}");
     c.ok(&["member", "list", "-w", "json"]).await;
     let seen = c.ok(&["endpoint", "status"]).await;
-    assert!(seen.stdout.contains(", 3.4.23, "), "{seen:?}");
+    assert!(seen.stdout.contains(", 3."), "{seen:?}");
     c.ok(&["endpoint", "status", "-w", "json"]).await;
     let seen = c.ok(&["endpoint", "health"]).await;
     // etcdctl 3.4 prints the health line on stderr.

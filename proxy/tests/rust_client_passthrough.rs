@@ -603,7 +603,7 @@ async fn member_list_and_status_match_direct_etcd() {
     let a = cluster_and_status(&p.direct).await;
     let b = cluster_and_status(&p.other).await;
     p.assert_same("member list and status", &a, &b);
-    assert!(a.iter().any(|l| l.contains("version 3.4.23")), "{a:#?}");
+    assert!(a.iter().any(|l| l.contains("version 3.")), "{a:#?}");
 }
 
 async fn auth(endpoint: &str) -> Vec<String> {
