@@ -1,1 +1,26 @@
-//! Side-by-side benchmark of direct etcd, etcd's Go proxy and this proxy. Skeleton until its issue lands.
+//! Side-by-side benchmark of direct etcd, etcd's Go grpc-proxy and this proxy, in one run.
+//!
+//! Data flows: [`plan`] (what to run) → [`runner`] (per etcd version a fresh [`services::Stack`]; per scenario
+//! rounds over the three targets) → [`load`] (tonic clients drive the scenario) and [`meter`] (etcd's /metrics
+//! via [`upstream`], CPU and memory via [`sys::procfs`]) → [`results`] (runs, medians, ratios) → [`report`]
+//! (JSON, markdown, SVG charts).
+//!
+//! - [`plan`]: targets, scenarios, sizes (each a flag), timing.
+//! - [`services`]: etcd, `etcd grpc-proxy start` and `etcd-grpc-proxy start` as child processes on free loopback
+//!   ports, killed when dropped.
+//! - [`load`]: the load generator (closed loop or fixed rate) and the scenarios.
+//! - [`meter`], [`upstream`]: what a run cost etcd and the proxy.
+//! - [`sys`]: free ports, a tiny HTTP GET, `/proc` readings.
+//! - [`results`], [`report`]: the data model and its outputs.
+//!
+//! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.
+
+pub mod load;
+pub mod meter;
+pub mod plan;
+pub mod report;
+pub mod results;
+pub mod runner;
+pub mod services;
+pub mod sys;
+pub mod upstream;

@@ -1,0 +1,128 @@
+//! Load generation: tonic clients of the `proto` crate over N connections, driven closed-loop (M requests in flight
+//! per connection) or open-loop at a fixed rate, with latency recorded per request.
+//!
+//! - [`recorder`]: latency histograms and error counts, merged into a [`recorder::Tally`].
+//! - [`kv`]: put, linearizable range, serializable range over a hot set, and the mixed workload.
+//! - [`watch`]: W watchers on one key, puts at a steady rate, completeness and put-to-delivery latency.
+//! - [`lease`]: L leases kept alive over S streams.
+
+pub mod kv;
+pub mod lease;
+pub mod recorder;
+pub mod watch;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand::{RngCore, SeedableRng, rngs::StdRng};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::meter::Meter;
+use recorder::{Recorder, Tally};
+
+/// A request that has not answered by then counts as failed, so a stuck target cannot hang the benchmark.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens `n` separate HTTP/2 connections to `addr`.
+pub async fn connect(addr: &str, n: usize) -> Result<Vec<Channel>, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let mut channels = Vec::with_capacity(n);
+    for _ in 0..n.max(1) {
+        // Each connect() dials its own connection; clones of one Channel would share one.
+        channels.push(endpoint.connect().await?);
+    }
+    Ok(channels)
+}
+
+/// One kind of unary request. `draw` is a fresh number from the worker's seeded RNG, for choosing keys and kinds.
+pub trait Operation: Send + Sync + 'static {
+    fn call(&self, channel: Channel, draw: u64) -> BoxFuture<'static, Result<(), tonic::Status>>;
+}
+
+/// How a unary scenario is driven.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub inflight_per_connection: usize,
+    /// Total requests per second (open loop); None for closed loop.
+    pub rate: Option<f64>,
+    pub warmup: Duration,
+    pub measured: Duration,
+    pub seed: u64,
+}
+
+/// Drives `op` over `channels` as `shape` says. Requests that start inside the measured window are recorded;
+/// `meter` is started when the window opens, read in the middle, and ended when it closes.
+pub async fn drive(
+    channels: &[Channel],
+    shape: &Shape,
+    op: Arc<dyn Operation>,
+    meter: &Meter,
+) -> Tally {
+    let begin = Instant::now();
+    let window_start = begin + shape.warmup;
+    let window_end = window_start + shape.measured;
+    let slots = Arc::new(AtomicU64::new(0));
+    let workers = channels.len() * shape.inflight_per_connection.max(1);
+    let mut tasks = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let channel = channels[index % channels.len()].clone();
+        let op = Arc::clone(&op);
+        let slots = Arc::clone(&slots);
+        let rate = shape.rate;
+        let seed = shape.seed.wrapping_add(index as u64);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut recorder = Recorder::new();
+            loop {
+                // Closed loop: the next request starts when the previous answered. Open loop: it starts at its
+                // slot in a global schedule, and latency counts from the slot, so a slow target is not excused
+                // for the requests it delayed (no coordinated omission).
+                let scheduled = match rate {
+                    None => Instant::now(),
+                    Some(rate) => {
+                        let slot = slots.fetch_add(1, Ordering::Relaxed);
+                        let at = begin + Duration::from_secs_f64(slot as f64 / rate);
+                        tokio::time::sleep_until(at).await;
+                        at
+                    }
+                };
+                if scheduled >= window_end {
+                    break;
+                }
+                let result =
+                    tokio::time::timeout(REQUEST_TIMEOUT, op.call(channel.clone(), rng.next_u64()))
+                        .await;
+                if scheduled < window_start {
+                    continue;
+                }
+                match result {
+                    Ok(Ok(())) => recorder.success(scheduled.elapsed()),
+                    Ok(Err(status)) => {
+                        recorder.failure(format!("{:?}: {}", status.code(), status.message()))
+                    }
+                    Err(_) => recorder.failure(format!("no answer within {REQUEST_TIMEOUT:?}")),
+                }
+            }
+            recorder
+        }));
+    }
+    tokio::time::sleep_until(window_start).await;
+    meter.start().await;
+    tokio::time::sleep_until(window_start + shape.measured / 2).await;
+    meter.in_place().await;
+    tokio::time::sleep_until(window_end).await;
+    meter.end().await;
+    let mut total = Recorder::new();
+    for task in tasks {
+        match task.await {
+            Ok(recorder) => total.merge(&recorder),
+            Err(e) => total.failure(format!("load worker failed: {e}")),
+        }
+    }
+    total.tally(shape.measured)
+}

@@ -1,0 +1,189 @@
+//! The server-side view of one run: etcd's counters at the start and end of the measured window and its gauges
+//! while the load is in place, and the CPU seconds and memory of etcd and of the proxy in front of it.
+//!
+//! The runner calls [`Meter::baseline`] before a scenario's setup. A scenario calls [`Meter::start`] when measuring begins (after its setup and warm-up), [`Meter::in_place`]
+//! once its load is fully established (watchers created, streams open), and [`Meter::end`] when measuring stops.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use crate::sys::{http, procfs};
+use crate::upstream::{self, EtcdCounters, UpstreamLoad};
+
+/// How often the proxy's resident memory is sampled during a run.
+const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// What the servers spent on one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerCost {
+    /// CPU seconds etcd used in the measured window.
+    pub etcd_cpu_seconds: f64,
+    /// CPU seconds the proxy used in the measured window (None for direct).
+    pub proxy_cpu_seconds: Option<f64>,
+    /// The proxy's largest resident set seen during the window, KiB (sampled every 100 ms).
+    pub proxy_peak_rss_kib: Option<u64>,
+    /// The load that reached etcd in the window.
+    pub upstream: UpstreamLoad,
+    /// Readings that failed (a report shows them instead of silently zero numbers).
+    pub problems: Vec<String>,
+}
+
+#[derive(Default)]
+struct Readings {
+    baseline: Option<EtcdCounters>,
+    before: Option<EtcdCounters>,
+    during: Option<EtcdCounters>,
+    cpu_start: Option<(f64, Option<f64>)>,
+    cost: ServerCost,
+    sampler: Option<JoinHandle<()>>,
+}
+
+/// Reads the servers of one target during one run.
+pub struct Meter {
+    etcd_addr: String,
+    etcd_pid: u32,
+    proxy_pid: Option<u32>,
+    readings: Mutex<Readings>,
+    peak_rss: Arc<Mutex<Option<u64>>>,
+}
+
+impl Meter {
+    pub fn new(etcd_addr: &str, etcd_pid: u32, proxy_pid: Option<u32>) -> Self {
+        Self {
+            etcd_addr: etcd_addr.to_string(),
+            etcd_pid,
+            proxy_pid,
+            readings: Mutex::new(Readings::default()),
+            peak_rss: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn readings(&self) -> std::sync::MutexGuard<'_, Readings> {
+        self.readings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn counters(&self) -> Result<EtcdCounters, String> {
+        match http::get(&self.etcd_addr, "/metrics").await {
+            Ok((200, body)) => Ok(upstream::parse(&body)),
+            Ok((code, _)) => Err(format!("etcd /metrics answered HTTP {code}")),
+            Err(e) => Err(format!("etcd /metrics: {e}")),
+        }
+    }
+
+    fn cpu(&self) -> Result<(f64, Option<f64>), String> {
+        let etcd = procfs::cpu_seconds(self.etcd_pid).map_err(|e| format!("etcd CPU: {e}"))?;
+        let proxy = match self.proxy_pid {
+            Some(pid) => Some(procfs::cpu_seconds(pid).map_err(|e| format!("proxy CPU: {e}"))?),
+            None => None,
+        };
+        Ok((etcd, proxy))
+    }
+
+    /// Before the scenario sets anything up: the reference for streams opened and for gauges.
+    pub async fn baseline(&self) {
+        let counters = self.counters().await;
+        let mut r = self.readings();
+        match counters {
+            Ok(c) => r.baseline = Some(c),
+            Err(e) => r.cost.problems.push(format!("before setup: {e}")),
+        }
+    }
+
+    /// etcd's watchers before the run (after [`Meter::baseline`]).
+    pub fn baseline_watchers(&self) -> Option<f64> {
+        self.readings().baseline.as_ref().map(|c| c.watchers)
+    }
+
+    /// Measuring begins: etcd's counters and both processes' CPU are read now.
+    pub async fn start(&self) {
+        let counters = self.counters().await;
+        let cpu = self.cpu();
+        let sampler = self.proxy_pid.map(|pid| {
+            let peak = Arc::clone(&self.peak_rss);
+            tokio::spawn(async move {
+                loop {
+                    if let Ok(memory) = procfs::memory(pid) {
+                        let mut peak = peak.lock().unwrap_or_else(|e| e.into_inner());
+                        *peak = Some(peak.unwrap_or(0).max(memory.rss_kib));
+                    }
+                    tokio::time::sleep(RSS_SAMPLE_EVERY).await;
+                }
+            })
+        });
+        let mut r = self.readings();
+        match counters {
+            Ok(c) => r.before = Some(c),
+            Err(e) => r.cost.problems.push(format!("at start: {e}")),
+        }
+        match cpu {
+            Ok(c) => r.cpu_start = Some(c),
+            Err(e) => r.cost.problems.push(format!("at start: {e}")),
+        }
+        r.sampler = sampler;
+    }
+
+    /// The load is fully in place: etcd's gauges (watchers, watch streams) are read now.
+    pub async fn in_place(&self) {
+        let counters = self.counters().await;
+        let mut r = self.readings();
+        match counters {
+            Ok(c) => r.during = Some(c),
+            Err(e) => r.cost.problems.push(format!("during: {e}")),
+        }
+    }
+
+    /// Measuring stops: counters and CPU are read again; returns what the window cost.
+    pub async fn end(&self) -> ServerCost {
+        let counters = self.counters().await;
+        let cpu = self.cpu();
+        let mut r = self.readings();
+        if let Some(sampler) = r.sampler.take() {
+            sampler.abort();
+        }
+        r.cost.proxy_peak_rss_kib = *self.peak_rss.lock().unwrap_or_else(|e| e.into_inner());
+        match (&r.cpu_start, cpu) {
+            (Some((etcd0, proxy0)), Ok((etcd1, proxy1))) => {
+                let (etcd0, proxy0) = (*etcd0, *proxy0);
+                r.cost.etcd_cpu_seconds = etcd1 - etcd0;
+                r.cost.proxy_cpu_seconds = proxy0.zip(proxy1).map(|(a, b)| b - a);
+            }
+            (_, Err(e)) => r.cost.problems.push(format!("at end: {e}")),
+            (None, Ok(_)) => {}
+        }
+        match (&r.baseline, &r.before, counters) {
+            (Some(baseline), Some(before), Ok(after)) => {
+                let during = r.during.as_ref().unwrap_or(&after);
+                r.cost.upstream = UpstreamLoad::between(baseline, before, during, &after);
+            }
+            (_, _, Err(e)) => r.cost.problems.push(format!("at end: {e}")),
+            _ => {}
+        }
+        r.cost.clone()
+    }
+
+    /// What the window cost (as returned by [`Meter::end`]; default values if it never ended).
+    pub fn cost(&self) -> ServerCost {
+        self.readings().cost.clone()
+    }
+
+    /// Whether start, in-place and end readings of etcd's metrics all succeeded.
+    pub fn read_etcd_metrics(&self) -> bool {
+        let r = self.readings();
+        r.baseline.is_some()
+            && r.before.is_some()
+            && r.during.is_some()
+            && r.cost.problems.is_empty()
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if let Some(sampler) = self.readings().sampler.take() {
+            sampler.abort();
+        }
+    }
+}

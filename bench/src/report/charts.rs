@@ -1,0 +1,153 @@
+//! SVG charts drawn with `plotters`: for each etcd version, throughput, p99 latency and the load that reached
+//! etcd, one panel per scenario with one bar per target (each panel has its own scale: the scenarios count
+//! different things).
+
+use std::path::{Path, PathBuf};
+
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+
+use crate::plan::Target;
+use crate::results::{Report, TargetSummary, VersionResult};
+
+const PANEL_COLUMNS: usize = 3;
+const PANEL_WIDTH: u32 = 420;
+const PANEL_HEIGHT: u32 = 300;
+
+/// One chart: which number of a summary it shows.
+struct Metric {
+    file_suffix: &'static str,
+    title: &'static str,
+    unit: &'static str,
+    value: fn(&TargetSummary) -> f64,
+}
+
+const METRICS: [Metric; 3] = [
+    Metric {
+        file_suffix: "throughput",
+        title: "throughput (median)",
+        unit: "ops/s",
+        value: |s| s.throughput,
+    },
+    Metric {
+        file_suffix: "p99",
+        title: "p99 latency (median)",
+        unit: "ms",
+        value: |s| s.p99_ms,
+    },
+    Metric {
+        file_suffix: "upstream",
+        title: "load reaching etcd per client op (1 = all of it)",
+        unit: "etcd ops per client op",
+        value: |s| s.upstream_per_client,
+    },
+];
+
+fn color(target: Target) -> RGBColor {
+    match target {
+        Target::Direct => RGBColor(120, 120, 120),
+        Target::GoProxy => RGBColor(31, 119, 180),
+        Target::RustProxy => RGBColor(230, 120, 20),
+    }
+}
+
+/// Draws every chart of `report` into `dir`; returns the files written.
+pub fn draw_all(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for version in report.versions.iter().filter(|v| !v.scenarios.is_empty()) {
+        for metric in &METRICS {
+            let path = dir.join(format!(
+                "{}-{}-{}.svg",
+                report.name, version.version, metric.file_suffix
+            ));
+            draw(version, metric, &path)
+                .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+fn draw(
+    version: &VersionResult,
+    metric: &Metric,
+    path: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let panels = version.scenarios.len();
+    let rows = panels.div_ceil(PANEL_COLUMNS);
+    let size = (
+        PANEL_WIDTH * PANEL_COLUMNS as u32,
+        PANEL_HEIGHT * rows as u32 + 40,
+    );
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!(
+            "etcd {}: {} — direct (grey), Go proxy (blue), this proxy (orange)",
+            version.version, metric.title
+        ),
+        ("sans-serif", 18),
+    )?;
+    let areas = root.split_evenly((rows, PANEL_COLUMNS));
+    for (scenario, area) in version.scenarios.iter().zip(areas.iter()) {
+        let bars: Vec<(Target, f64)> = scenario
+            .summaries
+            .iter()
+            .map(|s| (s.target, (metric.value)(s)))
+            .map(|(t, v)| (t, if v.is_finite() { v } else { 0.0 }))
+            .collect();
+        let top = bars.iter().map(|(_, v)| *v).fold(0.0, f64::max);
+        let top = if top > 0.0 { top * 1.2 } else { 1.0 };
+        let mut chart = ChartBuilder::on(area)
+            .caption(scenario.scenario.label(), ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(24)
+            .y_label_area_size(56)
+            .build_cartesian_2d((0u32..bars.len() as u32).into_segmented(), 0f64..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_desc(metric.unit)
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) => bars
+                    .get(*i as usize)
+                    .map_or(String::new(), |(t, _)| t.label().into()),
+                _ => String::new(),
+            })
+            .draw()?;
+        chart.draw_series(bars.iter().enumerate().map(|(i, (target, value))| {
+            let i = i as u32;
+            let mut bar = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), *value),
+                ],
+                color(*target).filled(),
+            );
+            bar.set_margin(0, 0, 14, 14);
+            bar
+        }))?;
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+            Text::new(
+                short(*value),
+                (SegmentValue::CenterOf(i as u32), *value + top * 0.02),
+                ("sans-serif", 12),
+            )
+        }))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// A bar's label: three significant figures, k for thousands.
+fn short(value: f64) -> String {
+    if value >= 10_000.0 {
+        format!("{:.1}k", value / 1000.0)
+    } else if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 1.0 {
+        format!("{value:.2}")
+    } else {
+        format!("{value:.3}")
+    }
+}

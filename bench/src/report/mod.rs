@@ -1,0 +1,25 @@
+//! Writing a [`Report`]: `<name>.json` (everything), `<name>.md` (tables) and SVG charts.
+
+pub mod charts;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use crate::results::Report;
+
+/// Writes all outputs into `dir`; returns the paths written.
+pub fn write(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let json = dir.join(format!("{}.json", report.name));
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(report).map_err(std::io::Error::other)?,
+    )?;
+    written.push(json);
+    let markdown = dir.join(format!("{}.md", report.name));
+    std::fs::write(&markdown, table::markdown(report))?;
+    written.push(markdown);
+    written.extend(charts::draw_all(report, dir)?);
+    Ok(written)
+}

@@ -1,0 +1,170 @@
+//! The markdown report: per etcd version, one row per scenario and target with medians over rounds, then the
+//! ratios that answer "what does each proxy cost and save".
+
+use std::fmt::Write as _;
+
+use crate::plan::{Scenario, Target};
+use crate::results::{Report, ScenarioResult, TargetSummary, VersionResult};
+
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let t = &report.timing;
+    let _ = writeln!(out, "# Benchmark `{}`\n", report.name);
+    let _ = writeln!(out, "- machine: {}", report.machine);
+    let _ = writeln!(out, "- command: `{}`", report.command);
+    let _ = writeln!(
+        out,
+        "- each run: {} s warm-up, {} s measured; {} round(s), targets alternating direct, Go proxy, this proxy; \
+         medians over rounds",
+        t.warmup_seconds, t.seconds, t.rounds
+    );
+    for version in &report.versions {
+        version_section(&mut out, version);
+    }
+    out
+}
+
+fn version_section(out: &mut String, version: &VersionResult) {
+    let _ = writeln!(out, "\n## etcd {}\n", version.version);
+    if let Some(failure) = &version.failure {
+        let _ = writeln!(
+            out,
+            "Not measured: {}\n",
+            failure.lines().next().unwrap_or_default()
+        );
+    }
+    if !version.idle_rss_mib.is_empty() {
+        let idle: Vec<String> = version
+            .idle_rss_mib
+            .iter()
+            .map(|(t, mib)| format!("{} {mib:.1} MiB", t.label()))
+            .collect();
+        let _ = writeln!(out, "Idle RSS right after start: {}.\n", idle.join(", "));
+    }
+    if version.scenarios.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "| scenario | target | ops/s | p50 ms | p99 ms | max ms | errors | proxy CPU ms/1k ops | etcd CPU ms/1k ops \
+         | proxy peak RSS MiB | reached etcd |"
+    );
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    for scenario in &version.scenarios {
+        for s in &scenario.summaries {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                scenario.scenario.label(),
+                s.target.label(),
+                num(s.throughput, 0),
+                num(s.p50_ms, 2),
+                num(s.p99_ms, 2),
+                num(s.max_ms, 1),
+                s.errors,
+                s.proxy_cpu_ms_per_1k.map_or("-".into(), |v| num(v, 1)),
+                num(s.etcd_cpu_ms_per_1k, 1),
+                s.proxy_peak_rss_mib.map_or("-".into(), |v| num(v, 1)),
+                upstream_words(scenario.scenario, s),
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nRatios (medians; throughput: higher is better, p99 and CPU: lower is better):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | Go proxy / direct ops/s | this / direct ops/s | this / Go ops/s | this / Go p99 \
+         | this / Go proxy CPU per op | etcd work per op: direct, Go, this |"
+    );
+    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|---|");
+    for scenario in &version.scenarios {
+        ratio_row(out, scenario);
+    }
+    let _ = writeln!(out, "\nSizes:\n");
+    for scenario in &version.scenarios {
+        let _ = writeln!(out, "- {}: {}", scenario.scenario.label(), scenario.size);
+    }
+    let failures: Vec<String> = version
+        .scenarios
+        .iter()
+        .flat_map(|s| s.runs.iter().map(move |r| (s.scenario, r)))
+        .filter_map(|(scenario, r)| {
+            r.client.error_samples.first().map(|e| {
+                format!(
+                    "- {} at {} (round {}): {e}",
+                    scenario.label(),
+                    r.target.label(),
+                    r.round + 1
+                )
+            })
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nFirst error of each run that had errors:\n\n{}",
+            failures.join("\n")
+        );
+    }
+}
+
+fn ratio_row(out: &mut String, scenario: &ScenarioResult) {
+    let get = |t| scenario.summary(t);
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && a.is_finite() && b.is_finite() => format!("{:.2}", a / b),
+        _ => "-".into(),
+    };
+    let tput = |t| get(t).map(|s: &TargetSummary| s.throughput);
+    let p99 = |t| get(t).map(|s: &TargetSummary| s.p99_ms);
+    let cpu = |t| get(t).and_then(|s: &TargetSummary| s.proxy_cpu_ms_per_1k);
+    let work = |t| {
+        get(t).map_or("-".into(), |s: &TargetSummary| {
+            num(s.upstream_per_client, 2)
+        })
+    };
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {} | {}, {}, {} |",
+        scenario.scenario.label(),
+        ratio(tput(Target::GoProxy), tput(Target::Direct)),
+        ratio(tput(Target::RustProxy), tput(Target::Direct)),
+        ratio(tput(Target::RustProxy), tput(Target::GoProxy)),
+        ratio(p99(Target::RustProxy), p99(Target::GoProxy)),
+        ratio(cpu(Target::RustProxy), cpu(Target::GoProxy)),
+        work(Target::Direct),
+        work(Target::GoProxy),
+        work(Target::RustProxy),
+    );
+}
+
+/// What reached etcd, in the scenario's own terms.
+fn upstream_words(scenario: Scenario, s: &TargetSummary) -> String {
+    match scenario {
+        Scenario::WatchFanout => format!(
+            "{} etcd watchers per client watcher, {} watch streams; {} delivered",
+            num(s.upstream_per_client, 3),
+            num(s.upstream_streams, 0),
+            s.watch_completeness
+                .map_or("-".into(), |c| format!("{:.1}%", c * 100.0)),
+        ),
+        Scenario::LeaseKeepalive => format!(
+            "{} keep-alives per client keep-alive, {} streams opened",
+            num(s.upstream_per_client, 3),
+            num(s.upstream_streams, 0)
+        ),
+        _ => format!(
+            "{} KV requests per client request",
+            num(s.upstream_per_client, 3)
+        ),
+    }
+}
+
+fn num(value: f64, decimals: usize) -> String {
+    if value.is_finite() {
+        format!("{value:.decimals$}")
+    } else {
+        "-".into()
+    }
+}

@@ -1,0 +1,193 @@
+//! The data a run produces (serialized to `<name>.json`) and its per-target summaries: medians over rounds, costs
+//! per 1,000 requests, and the load that reached etcd per client request.
+
+use serde::{Deserialize, Serialize};
+
+use crate::load::recorder::Tally;
+use crate::load::watch::WatchStats;
+use crate::meter::ServerCost;
+use crate::plan::{Scenario, Sizes, Target, Timing};
+
+/// One scenario run once at one target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub round: usize,
+    pub target: Target,
+    pub client: Tally,
+    pub server: ServerCost,
+    /// Whether etcd's /metrics were read at the start, during and at the end of the window.
+    pub etcd_metrics_read: bool,
+    pub watch: Option<WatchStats>,
+}
+
+impl Run {
+    /// Client operations the upstream load is compared with: requests, delivered events or keep-alives, and for
+    /// watch fan-out the client watchers.
+    pub fn client_units(&self, scenario: Scenario) -> f64 {
+        match (scenario, &self.watch) {
+            (Scenario::WatchFanout, Some(watch)) => watch.watchers_created as f64,
+            _ => self.client.completed as f64,
+        }
+    }
+
+    /// What reached etcd for those operations: KV requests, etcd watchers, or keep-alive messages.
+    pub fn upstream_units(&self, scenario: Scenario) -> f64 {
+        let upstream = &self.server.upstream;
+        match scenario {
+            Scenario::Put
+            | Scenario::RangeLinearizable
+            | Scenario::RangeSerializable
+            | Scenario::Mixed => upstream.kv_requests() as f64,
+            Scenario::WatchFanout => upstream.watchers as f64,
+            Scenario::LeaseKeepalive => upstream
+                .stream_msgs
+                .get("LeaseKeepAlive")
+                .copied()
+                .unwrap_or(0) as f64,
+        }
+    }
+}
+
+/// Medians over a target's rounds in one scenario.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TargetSummary {
+    pub target: Target,
+    pub rounds: usize,
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Failed requests summed over all rounds.
+    pub errors: u64,
+    pub proxy_cpu_ms_per_1k: Option<f64>,
+    pub etcd_cpu_ms_per_1k: f64,
+    pub proxy_peak_rss_mib: Option<f64>,
+    /// Upstream units per client unit (1.0: etcd sees everything; below: the proxy saved etcd work).
+    pub upstream_per_client: f64,
+    /// Keep-alive streams opened on etcd (lease scenario) or watch streams open on etcd (watch scenario).
+    pub upstream_streams: f64,
+    pub watch_completeness: Option<f64>,
+}
+
+/// The middle value (mean of the two middle ones for an even count); None for no values.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    })
+}
+
+impl TargetSummary {
+    pub fn of(scenario: Scenario, target: Target, runs: &[Run]) -> Option<Self> {
+        let runs: Vec<&Run> = runs.iter().filter(|r| r.target == target).collect();
+        if runs.is_empty() {
+            return None;
+        }
+        let med =
+            |f: &dyn Fn(&Run) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)).collect());
+        let per_1k = |cpu: f64, run: &Run| {
+            (run.client.completed > 0).then(|| cpu * 1e6 / run.client.completed as f64)
+        };
+        Some(Self {
+            target,
+            rounds: runs.len(),
+            throughput: med(&|r| Some(r.client.throughput)).unwrap_or(0.0),
+            p50_ms: med(&|r| r.client.latency.as_ref().map(|l| l.p50_ms)).unwrap_or(f64::NAN),
+            p99_ms: med(&|r| r.client.latency.as_ref().map(|l| l.p99_ms)).unwrap_or(f64::NAN),
+            max_ms: med(&|r| r.client.latency.as_ref().map(|l| l.max_ms)).unwrap_or(f64::NAN),
+            errors: runs.iter().map(|r| r.client.errors).sum(),
+            proxy_cpu_ms_per_1k: med(&|r| r.server.proxy_cpu_seconds.and_then(|c| per_1k(c, r))),
+            etcd_cpu_ms_per_1k: med(&|r| per_1k(r.server.etcd_cpu_seconds, r)).unwrap_or(f64::NAN),
+            proxy_peak_rss_mib: med(&|r| r.server.proxy_peak_rss_kib.map(|k| k as f64 / 1024.0)),
+            upstream_per_client: med(&|r| {
+                let client = r.client_units(scenario);
+                (client > 0.0).then(|| r.upstream_units(scenario) / client)
+            })
+            .unwrap_or(f64::NAN),
+            upstream_streams: med(&|r| {
+                Some(match scenario {
+                    Scenario::LeaseKeepalive => r
+                        .server
+                        .upstream
+                        .streams_started
+                        .get("LeaseKeepAlive")
+                        .copied()
+                        .unwrap_or(0) as f64,
+                    _ => r.server.upstream.watch_streams as f64,
+                })
+            })
+            .unwrap_or(0.0),
+            watch_completeness: med(&|r| r.watch.as_ref().map(|w| w.completeness)),
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    pub scenario: Scenario,
+    /// Its size in words, for the report.
+    pub size: String,
+    pub runs: Vec<Run>,
+    pub summaries: Vec<TargetSummary>,
+}
+
+impl ScenarioResult {
+    pub fn new(scenario: Scenario, size: String, runs: Vec<Run>) -> Self {
+        let summaries = Target::ALL
+            .iter()
+            .filter_map(|t| TargetSummary::of(scenario, *t, &runs))
+            .collect();
+        Self {
+            scenario,
+            size,
+            runs,
+            summaries,
+        }
+    }
+
+    pub fn summary(&self, target: Target) -> Option<&TargetSummary> {
+        self.summaries.iter().find(|s| s.target == target)
+    }
+}
+
+/// Everything measured against one etcd version.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VersionResult {
+    pub version: String,
+    /// Resident memory of each proxy right after it started, before any load, MiB.
+    pub idle_rss_mib: Vec<(Target, f64)>,
+    pub scenarios: Vec<ScenarioResult>,
+    /// Why this version could not be measured (its processes did not start), if so.
+    pub failure: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub name: String,
+    pub machine: String,
+    pub command: String,
+    pub sizes: Sizes,
+    pub timing: Timing,
+    pub seed: u64,
+    pub versions: Vec<VersionResult>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_takes_the_middle_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![f64::NAN, 7.0]), Some(7.0));
+        assert_eq!(median(vec![]), None);
+    }
+}

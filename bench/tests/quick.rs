@@ -1,0 +1,207 @@
+//! The benchmark's quick mode, end to end, so that it cannot rot: real etcd 3.4.23 (Debian), etcd's Go proxy from
+//! the same binary and this proxy (the debug build), every scenario at tiny sizes. It asserts that every target
+//! produced results (completions, latencies, no errors, etcd's metrics read, the report written), never a speed.
+//!
+//! etcd 3.5.1 is not used here: CI installs only the Debian etcd for tests; `ci/bench.sh` runs both versions.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Target, Timing};
+use bench::results::Report;
+
+const ETCD_3_4: &str = "/usr/bin/etcd";
+
+/// Whether etcd is installed; under CI (`CI=true`) its absence is a failure, elsewhere a skip with a hint.
+fn etcd_available() -> bool {
+    if Path::new(ETCD_3_4).exists() {
+        return true;
+    }
+    let msg = format!("{ETCD_3_4} is missing; install etcd 3.4 with ci/install-deps.sh");
+    assert!(
+        std::env::var("CI").map_or(true, |v| v != "true"),
+        "{msg} (CI=true: a failure, not a skip)"
+    );
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+/// The proxy binary of this build profile (`target/<profile>/etcd-grpc-proxy`, next to this test's `deps/`),
+/// built or confirmed up to date by cargo first, so the test never runs a stale proxy.
+fn proxy_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps")
+        .to_path_buf();
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args([
+        "build",
+        "--quiet",
+        "-p",
+        "proxy",
+        "--bin",
+        "etcd-grpc-proxy",
+    ]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("run cargo build for the proxy");
+    assert!(status.success(), "cargo build -p proxy failed: {status}");
+    let bin = profile_dir.join("etcd-grpc-proxy");
+    assert!(bin.exists(), "{} was not built", bin.display());
+    bin
+}
+
+fn quick_plan(out_dir: &Path) -> Plan {
+    Plan {
+        name: "quick-test".into(),
+        out_dir: out_dir.to_path_buf(),
+        etcds: vec![EtcdBinary {
+            version: "3.4.23".into(),
+            path: ETCD_3_4.into(),
+        }],
+        proxy_bin: proxy_binary(),
+        scenarios: Scenario::ALL.to_vec(),
+        sizes: Sizes::quick(),
+        timing: Timing::quick(),
+        seed: 7,
+        machine: "test".into(),
+        command: "cargo test -p bench --test quick".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_report() {
+    if !etcd_available() {
+        return;
+    }
+    let out = tempfile::tempdir().expect("temporary output directory");
+    let plan = quick_plan(out.path());
+    let report = bench::runner::run(&plan).await;
+
+    assert_eq!(report.versions.len(), 1);
+    let version = &report.versions[0];
+    assert_eq!(version.failure, None, "the stack did not start");
+    let idle: Vec<Target> = version.idle_rss_mib.iter().map(|(t, _)| *t).collect();
+    assert_eq!(
+        idle,
+        vec![Target::GoProxy, Target::RustProxy],
+        "idle RSS of both proxies"
+    );
+
+    let measured: Vec<Scenario> = version.scenarios.iter().map(|s| s.scenario).collect();
+    assert_eq!(measured, Scenario::ALL.to_vec());
+    for scenario in &version.scenarios {
+        let name = scenario.scenario.label();
+        for target in Target::ALL {
+            let runs: Vec<_> = scenario
+                .runs
+                .iter()
+                .filter(|r| r.target == target)
+                .collect();
+            assert_eq!(runs.len(), 1, "{name} at {target:?}: one round");
+            let run = runs[0];
+            let what = format!("{name} at {}: {run:#?}", target.label());
+            let client = &run.client;
+            assert!(client.completed > 0, "nothing completed: {what}");
+            assert_eq!(client.errors, 0, "errors: {what}");
+            let latency = client
+                .latency
+                .as_ref()
+                .unwrap_or_else(|| panic!("no latencies: {what}"));
+            assert!(
+                0.0 < latency.p50_ms
+                    && latency.p50_ms <= latency.p99_ms
+                    && latency.p99_ms <= latency.max_ms,
+                "latency quantiles out of order: {what}"
+            );
+            assert!(run.etcd_metrics_read, "etcd /metrics not read: {what}");
+            assert_eq!(
+                run.server.proxy_cpu_seconds.is_some(),
+                target != Target::Direct,
+                "{what}"
+            );
+            assert_eq!(
+                run.server.proxy_peak_rss_kib.is_some(),
+                target != Target::Direct,
+                "{what}"
+            );
+            // Whatever a proxy saves, direct etcd must see its own load.
+            if target == Target::Direct {
+                assert!(
+                    run.upstream_units(scenario.scenario) > 0.0,
+                    "etcd saw no load: {what}"
+                );
+            }
+            match scenario.scenario {
+                // A put cannot be cached or coalesced: it reaches etcd through every target.
+                Scenario::Put => {
+                    assert!(
+                        run.server
+                            .upstream
+                            .requests
+                            .get("Put")
+                            .is_some_and(|n| *n > 0),
+                        "{what}"
+                    )
+                }
+                Scenario::WatchFanout => {
+                    let watch = run
+                        .watch
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("no watch stats: {what}"));
+                    assert_eq!(watch.watchers_created, watch.watchers, "{what}");
+                    assert!(watch.puts > 0, "{what}");
+                    assert_eq!(
+                        watch.delivered, watch.expected,
+                        "lost or duplicated events: {what}"
+                    );
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(scenario.summaries.len(), 3, "{name}: a summary per target");
+    }
+
+    let written = bench::report::write(&report, out.path()).expect("write the report");
+    let names: Vec<String> = written
+        .iter()
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    for expected in [
+        "quick-test.json",
+        "quick-test.md",
+        "quick-test-3.4.23-throughput.svg",
+        "quick-test-3.4.23-p99.svg",
+        "quick-test-3.4.23-upstream.svg",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not written: {names:?}"
+        );
+    }
+    for path in &written {
+        let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "{} is empty", path.display());
+    }
+    let json =
+        std::fs::read_to_string(out.path().join("quick-test.json")).expect("read the JSON report");
+    let parsed: Report = serde_json::from_str(&json).expect("the JSON report parses back");
+    assert_eq!(parsed.versions[0].scenarios.len(), Scenario::ALL.len());
+    let markdown = std::fs::read_to_string(out.path().join("quick-test.md"))
+        .expect("read the markdown report");
+    for scenario in Scenario::ALL {
+        assert!(
+            markdown.contains(scenario.label()),
+            "{} missing from the table",
+            scenario.label()
+        );
+    }
+}
