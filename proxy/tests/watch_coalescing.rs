@@ -1,0 +1,233 @@
+//! Watch coalescing against real etcd: many client watchers on one key become one watcher on etcd, every watcher
+//! gets every event, and the etcd semantics the Go proxy lacks (half-close, progress requests, client-chosen IDs)
+//! behave as on etcd itself.
+
+mod support;
+
+use std::time::Duration;
+
+use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::watch_client::WatchClient;
+use proto::etcdserverpb::watch_request::RequestUnion;
+use proto::etcdserverpb::{
+    PutRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+};
+use support::{EtcdCluster, Proxy};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn channel(addr: &str) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn create(key: &str, watch_id: i64) -> WatchRequest {
+    WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: key.into(),
+            watch_id,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A client Watch stream: requests go in through `requests`, answers come out of `responses`.
+struct WatchStream {
+    requests: Option<mpsc::Sender<WatchRequest>>,
+    responses: Streaming<WatchResponse>,
+}
+
+impl WatchStream {
+    /// Opens a stream and sends `first` (etcd answers the stream's headers only with its first response).
+    async fn open(channel: Channel, first: WatchRequest) -> Self {
+        let (tx, rx) = mpsc::channel(1024);
+        tx.send(first).await.unwrap();
+        let responses = WatchClient::new(channel)
+            .watch(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Self {
+            requests: Some(tx),
+            responses,
+        }
+    }
+
+    async fn send(&self, request: WatchRequest) {
+        self.requests.as_ref().unwrap().send(request).await.unwrap();
+    }
+
+    async fn next(&mut self) -> WatchResponse {
+        tokio::time::timeout(DEADLINE, self.responses.next())
+            .await
+            .expect("a watch response within the deadline")
+            .expect("the stream is open")
+            .expect("no error")
+    }
+}
+
+/// etcd's gauge of its watchers (from its /metrics).
+async fn etcd_watchers(etcd: &str) -> i64 {
+    let (_, body) = support::net::http_get(etcd, "/metrics")
+        .await
+        .expect("etcd /metrics");
+    body.lines()
+        .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .expect("etcd_debugging_mvcc_watcher_total") as i64
+}
+
+async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
+    KvClient::new(channel.clone())
+        .put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .revision
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_watchers_on_one_key_are_one_watcher_on_etcd_and_all_get_every_event() {
+    if !support::etcd_available() {
+        return;
+    }
+    const STREAMS: usize = 10;
+    const PER_STREAM: usize = 100;
+    const PUTS: usize = 5;
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let direct = channel(&etcd.endpoint(0)).await;
+    let before = etcd_watchers(&etcd.endpoint(0)).await;
+
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let stream = WatchStream::open(channel(&proxy.addr()).await, create("hot", 0)).await;
+        for _ in 1..PER_STREAM {
+            stream.send(create("hot", 0)).await;
+        }
+        streams.push(stream);
+    }
+    for stream in &mut streams {
+        let mut ids = Vec::new();
+        for _ in 0..PER_STREAM {
+            let created = stream.next().await;
+            assert!(created.created && !created.canceled, "{created:?}");
+            assert_ne!(created.header.unwrap().cluster_id, 0, "a real header");
+            ids.push(created.watch_id);
+        }
+        assert_eq!(
+            ids,
+            (0..PER_STREAM as i64).collect::<Vec<_>>(),
+            "etcd's ID order"
+        );
+    }
+    support::wait_for(
+        "etcd to hold only the proxy's watchers",
+        DEADLINE,
+        || async {
+            let now = etcd_watchers(&etcd.endpoint(0)).await;
+            if now - before <= 1 {
+                Ok(())
+            } else {
+                Err(format!("{} watchers on etcd", now - before))
+            }
+        },
+    )
+    .await;
+
+    let mut revisions = Vec::new();
+    for i in 0..PUTS {
+        revisions.push(put(&direct, "hot", &format!("v{i}")).await);
+    }
+    for stream in &mut streams {
+        let mut seen = vec![Vec::new(); PER_STREAM];
+        while seen.iter().any(|s| s.len() < PUTS) {
+            let response = stream.next().await;
+            for event in &response.events {
+                seen[response.watch_id as usize].push(event.kv.as_ref().unwrap().mod_revision);
+            }
+        }
+        assert!(
+            seen.iter().all(|s| *s == revisions),
+            "every watcher saw exactly {revisions:?}: {seen:?}"
+        );
+    }
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics.contains("etcd_grpc_proxy_watch_client_watchers 1000"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("etcd_grpc_proxy_watch_upstream_watchers 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_keeps_watching_and_progress_and_duplicate_ids_answer_as_etcd() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let writer = channel(&etcd.endpoint(0)).await;
+    let mut transcripts = Vec::new();
+    for target in [etcd.endpoint(0), proxy.addr()] {
+        let mut stream = WatchStream::open(channel(&target).await, create("k", 7)).await;
+        let mut transcript = Vec::new();
+        let mut note = |r: &WatchResponse| {
+            let events: Vec<String> = r
+                .events
+                .iter()
+                .map(|e| String::from_utf8_lossy(&e.kv.as_ref().unwrap().value).into_owned())
+                .collect();
+            transcript.push(format!(
+                "id={} created={} canceled={} reason={:?} events={events:?}",
+                r.watch_id, r.created, r.canceled, r.cancel_reason
+            ));
+        };
+        note(&stream.next().await);
+        stream.send(create("k", 7)).await;
+        note(&stream.next().await);
+        stream
+            .send(WatchRequest {
+                request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+            })
+            .await;
+        let progress = stream.next().await;
+        assert!(progress.header.unwrap().revision > 0);
+        note(&progress);
+        // Half-close: the watcher keeps running.
+        stream.requests = None;
+        put(
+            &writer,
+            "k",
+            &format!("after-half-close-{}", transcripts.len()),
+        )
+        .await;
+        note(&stream.next().await);
+        transcripts.push(transcript);
+    }
+    let normalised: Vec<String> = transcripts[1]
+        .iter()
+        .map(|l| l.replace("after-half-close-1", "after-half-close-0"))
+        .collect();
+    assert_eq!(
+        transcripts[0], normalised,
+        "direct etcd (left) and the proxy (right) differ"
+    );
+}
