@@ -13,6 +13,7 @@
 //!   most that many revisions behind the newest revision the hub has seen.
 //! - A cancelled or compacted s-watcher is removed at once and never reused; its receivers are told why.
 //! - After the upstream stream is lost, every s-watcher is re-created from its `next_rev`: no gap, no duplicate.
+//! - Answers to creates leave in the order the creates arrived on their stream (clients match them in order).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -32,6 +33,8 @@ pub type StreamId = u64;
 
 /// etcd's reply to a create with a watch ID already used on the stream.
 pub const DUPLICATE_WATCH_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+/// etcd's reply to a create whose range is empty.
+pub const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 
 /// The sending side of one client stream: answers in order, and an out-of-band channel to end it with a status.
 pub struct StreamSink {
@@ -44,13 +47,25 @@ struct ClientStream {
     sink: StreamSink,
     watchers: BTreeMap<i64, CWatcher>,
     next_auto_id: i64,
+    /// Answers to creates, in the order the creates arrived: an answer known early waits for earlier ones.
+    slots: VecDeque<Slot>,
+}
+
+/// The answer to one create, and what its watcher received before that answer could go out.
+struct Slot {
+    watch_id: Option<i64>,
+    waiting: bool,
+    responses: Vec<WatchResponse>,
 }
 
 struct CWatcher {
     sw: i64,
     interest: Interest,
     next_rev: i64,
+    /// etcd created the s-watcher for this watcher: its start revision is known and events may flow.
     created: bool,
+    /// Its Created answer went out; later responses go straight to the client.
+    announced: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +85,7 @@ struct SWatcher {
     start_rev: i64,
     next_rev: i64,
     phase: Phase,
-    /// Created for a request the hub cannot share (e.g. a negative start revision): etcd answers it as is.
+    /// Created for a request the hub does not share (a negative start revision): etcd answers it as it is.
     private: bool,
     receivers: BTreeSet<(StreamId, i64)>,
 }
@@ -96,7 +111,7 @@ pub struct Hub {
     /// Streams that asked for progress, waiting for etcd's progress answer.
     progress_waiters: BTreeSet<StreamId>,
     progress_in_flight: bool,
-    /// Creates with an invalid range, sent as they are; etcd answers each with watch ID -1, in order.
+    /// Streams of creates with an invalid range, sent as they are; etcd answers each with watch ID -1, in order.
     invalid_creates: VecDeque<StreamId>,
     /// Requests to send upstream.
     pub outbox: Vec<WatchRequest>,
@@ -133,14 +148,13 @@ impl Hub {
     }
 
     pub fn open_stream(&mut self, id: StreamId, sink: StreamSink) {
-        self.streams.insert(
-            id,
-            ClientStream {
-                sink,
-                watchers: BTreeMap::new(),
-                next_auto_id: 0,
-            },
-        );
+        let stream = ClientStream {
+            sink,
+            watchers: BTreeMap::new(),
+            next_auto_id: 0,
+            slots: VecDeque::new(),
+        };
+        self.streams.insert(id, stream);
     }
 
     /// The client stream ended (cancelled or disconnected): drop all its watchers.
@@ -162,7 +176,12 @@ impl Hub {
             && request.range_end != [0]
             && request.range_end <= request.key;
         if invalid_range {
-            // etcd answers with watch ID -1 and its own reason; let it, in order.
+            // etcd answers with watch ID -1 and its own reason: let it answer, in order.
+            stream.slots.push_back(Slot {
+                watch_id: None,
+                waiting: true,
+                responses: Vec::new(),
+            });
             self.invalid_creates.push_back(stream_id);
             self.outbox.push(create_request(WatchCreateRequest {
                 watch_id: 0,
@@ -172,15 +191,14 @@ impl Hub {
         }
         let watch_id = if request.watch_id != 0 {
             if stream.watchers.contains_key(&request.watch_id) {
-                let reply = WatchResponse {
-                    header: Some(self.latest_header),
-                    watch_id: -1,
-                    created: true,
-                    canceled: true,
-                    cancel_reason: DUPLICATE_WATCH_ID.into(),
-                    ..Default::default()
-                };
-                self.send(stream_id, reply);
+                let refusal = self.refusal(DUPLICATE_WATCH_ID);
+                let stream = self.streams.get_mut(&stream_id).expect("checked above");
+                stream.slots.push_back(Slot {
+                    watch_id: None,
+                    waiting: false,
+                    responses: vec![refusal],
+                });
+                self.flush_slots(stream_id);
                 return;
             }
             request.watch_id
@@ -211,18 +229,16 @@ impl Hub {
             None => {
                 let sw_id = self.next_sw_id;
                 self.next_sw_id += 1;
-                self.swatchers.insert(
-                    sw_id,
-                    SWatcher {
-                        key: request.key,
-                        range_end: request.range_end,
-                        start_rev: start,
-                        next_rev: start.max(0),
-                        phase: Phase::Unsent,
-                        private: start < 0,
-                        receivers: BTreeSet::new(),
-                    },
-                );
+                let sw = SWatcher {
+                    key: request.key,
+                    range_end: request.range_end,
+                    start_rev: start,
+                    next_rev: start.max(0),
+                    phase: Phase::Unsent,
+                    private: start < 0,
+                    receivers: BTreeSet::new(),
+                };
+                self.swatchers.insert(sw_id, sw);
                 self.ranges.entry(range).or_default().insert(sw_id);
                 (sw_id, false, start.max(0))
             }
@@ -233,15 +249,19 @@ impl Hub {
             .receivers
             .insert((stream_id, watch_id));
         let stream = self.streams.get_mut(&stream_id).expect("checked above");
-        stream.watchers.insert(
-            watch_id,
-            CWatcher {
-                sw: sw_id,
-                interest,
-                next_rev,
-                created,
-            },
-        );
+        let watcher = CWatcher {
+            sw: sw_id,
+            interest,
+            next_rev,
+            created,
+            announced: false,
+        };
+        stream.watchers.insert(watch_id, watcher);
+        stream.slots.push_back(Slot {
+            watch_id: Some(watch_id),
+            waiting: true,
+            responses: Vec::new(),
+        });
         if created {
             // Joined a running s-watcher: answer at once, as etcd would. A watcher without start revision starts
             // where the s-watcher stands, and its header says so.
@@ -249,15 +269,13 @@ impl Hub {
             if start == 0 {
                 header.revision = next_rev - 1;
             }
-            self.send(
-                stream_id,
-                WatchResponse {
-                    header: Some(header),
-                    watch_id,
-                    created: true,
-                    ..Default::default()
-                },
-            );
+            let answer = WatchResponse {
+                header: Some(header),
+                watch_id,
+                created: true,
+                ..Default::default()
+            };
+            self.answer_create(stream_id, Some(watch_id), answer);
         }
         self.update_gauges();
     }
@@ -299,7 +317,7 @@ impl Hub {
             canceled: true,
             ..Default::default()
         };
-        self.send(stream_id, reply);
+        self.finish_watcher(stream_id, watch_id, watcher.announced, reply);
         self.update_gauges();
     }
 
@@ -308,15 +326,10 @@ impl Hub {
             return;
         }
         self.progress_waiters.insert(stream_id);
-        if !self.progress_in_flight {
-            self.progress_in_flight = true;
-            self.outbox.push(WatchRequest {
-                request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
-            });
-        }
+        self.probe();
     }
 
-    /// Asks etcd for progress without a client asking (a liveness probe). Returns false if one is in flight.
+    /// Asks etcd for progress (for clients, or as a liveness probe). Returns false if a request is in flight.
     pub fn probe(&mut self) -> bool {
         if self.progress_in_flight {
             return false;
@@ -355,27 +368,14 @@ impl Hub {
             }
             sw.phase = Phase::Unsent;
         }
-        let invalid: Vec<StreamId> = self.invalid_creates.drain(..).collect();
-        for stream_id in invalid {
-            // The invalid create is lost with the stream; answer it as etcd would have, with the last header.
-            let reply = WatchResponse {
-                header: Some(self.latest_header),
-                watch_id: -1,
-                created: true,
-                canceled: true,
-                cancel_reason: "mvcc: watcher range is empty".into(),
-                ..Default::default()
-            };
-            self.send(stream_id, reply);
+        for stream_id in std::mem::take(&mut self.invalid_creates) {
+            // The invalid create was lost with the stream; answer it as etcd does.
+            let refusal = self.refusal(EMPTY_RANGE);
+            self.answer_create(stream_id, None, refusal);
         }
-        if self.progress_in_flight {
-            self.progress_in_flight = false;
-            if !self.progress_waiters.is_empty() {
-                self.progress_in_flight = true;
-                self.outbox.push(WatchRequest {
-                    request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
-                });
-            }
+        self.progress_in_flight = false;
+        if !self.progress_waiters.is_empty() {
+            self.probe();
         }
     }
 
@@ -407,7 +407,7 @@ impl Hub {
         }
         if response.watch_id == -1 && response.created {
             if let Some(stream_id) = self.invalid_creates.pop_front() {
-                self.send(stream_id, response);
+                self.answer_create(stream_id, None, response);
             }
             return;
         }
@@ -436,14 +436,12 @@ impl Hub {
     fn progress_answered(&mut self, response: WatchResponse) {
         self.progress_in_flight = false;
         for stream_id in std::mem::take(&mut self.progress_waiters) {
-            self.send(
-                stream_id,
-                WatchResponse {
-                    header: response.header,
-                    watch_id: -1,
-                    ..Default::default()
-                },
-            );
+            let answer = WatchResponse {
+                header: response.header,
+                watch_id: -1,
+                ..Default::default()
+            };
+            self.send(stream_id, answer);
         }
     }
 
@@ -455,29 +453,29 @@ impl Hub {
             sw.next_rev = header.revision + 1;
         }
         let next_rev = sw.next_rev;
-        // Receivers told before (this is a re-create after the upstream stream was lost) hear nothing.
         let receivers: Vec<_> = sw.receivers.iter().copied().collect();
         for (stream_id, watch_id) in receivers {
             let Some(watcher) = self.watcher_mut(stream_id, watch_id) else {
                 continue;
             };
+            // Receivers created before (this is a re-create after the upstream stream was lost) hear nothing.
             if watcher.created {
                 continue;
             }
             watcher.created = true;
             watcher.next_rev = watcher.next_rev.max(next_rev);
-            let reply = WatchResponse {
+            let answer = WatchResponse {
                 header: Some(header),
                 watch_id,
                 created: true,
                 ..Default::default()
             };
-            self.send(stream_id, reply);
+            self.answer_create(stream_id, Some(watch_id), answer);
         }
     }
 
     fn s_watcher_ended(&mut self, sw_id: i64, response: &WatchResponse) {
-        let Some(sw) = self.remove_s_watcher(sw_id) else {
+        let Some(sw) = self.forget_s_watcher(sw_id, false) else {
             return;
         };
         for (stream_id, watch_id) in sw.receivers {
@@ -496,7 +494,7 @@ impl Hub {
                 cancel_reason: response.cancel_reason.clone(),
                 ..Default::default()
             };
-            self.send(stream_id, reply);
+            self.finish_watcher(stream_id, watch_id, watcher.announced, reply);
         }
     }
 
@@ -536,10 +534,10 @@ impl Hub {
             };
             if interest.fragment {
                 for part in fragments(reply, limit) {
-                    self.send(stream_id, part);
+                    self.to_watcher(stream_id, watch_id, part);
                 }
             } else {
-                self.send(stream_id, reply);
+                self.to_watcher(stream_id, watch_id, reply);
             }
         }
     }
@@ -559,14 +557,12 @@ impl Hub {
             }
             watcher.next_rev = revision + 1;
             if watcher.interest.progress_notify {
-                self.send(
-                    stream_id,
-                    WatchResponse {
-                        header: response.header,
-                        watch_id,
-                        ..Default::default()
-                    },
-                );
+                let notice = WatchResponse {
+                    header: response.header,
+                    watch_id,
+                    ..Default::default()
+                };
+                self.to_watcher(stream_id, watch_id, notice);
             }
         }
     }
@@ -631,6 +627,11 @@ impl Hub {
 
     /// Forgets an s-watcher (cancelling it upstream if etcd knows it) and returns it.
     fn remove_s_watcher(&mut self, sw_id: i64) -> Option<SWatcher> {
+        self.forget_s_watcher(sw_id, true)
+    }
+
+    /// Forgets an s-watcher; `cancel_upstream` is false when etcd itself ended it.
+    fn forget_s_watcher(&mut self, sw_id: i64, cancel_upstream: bool) -> Option<SWatcher> {
         let sw = self.swatchers.remove(&sw_id)?;
         let range = (sw.key.clone(), sw.range_end.clone());
         if let Some(ids) = self.ranges.get_mut(&range) {
@@ -639,7 +640,7 @@ impl Hub {
                 self.ranges.remove(&range);
             }
         }
-        if sw.phase != Phase::Unsent {
+        if cancel_upstream && sw.phase != Phase::Unsent {
             self.outbox.push(WatchRequest {
                 request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest {
                     watch_id: sw_id,
@@ -647,6 +648,108 @@ impl Hub {
             });
         }
         Some(sw)
+    }
+
+    fn refusal(&self, reason: &str) -> WatchResponse {
+        WatchResponse {
+            header: Some(self.latest_header),
+            watch_id: -1,
+            created: true,
+            canceled: true,
+            cancel_reason: reason.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Fills the answer slot of a create (the first waiting anonymous slot when `watch_id` is `None`).
+    fn answer_create(&mut self, stream_id: StreamId, watch_id: Option<i64>, answer: WatchResponse) {
+        let Some(stream) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        let Some(slot) = stream
+            .slots
+            .iter_mut()
+            .find(|slot| slot.waiting && slot.watch_id == watch_id)
+        else {
+            return;
+        };
+        slot.waiting = false;
+        slot.responses.insert(0, answer);
+        self.flush_slots(stream_id);
+    }
+
+    /// A response for one watcher: straight out once its Created went out, else after it.
+    fn to_watcher(&mut self, stream_id: StreamId, watch_id: i64, response: WatchResponse) {
+        let Some(stream) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        if stream.watchers.get(&watch_id).is_some_and(|w| w.announced) {
+            self.send(stream_id, response);
+        } else if let Some(slot) = stream
+            .slots
+            .iter_mut()
+            .find(|slot| slot.watch_id == Some(watch_id))
+        {
+            slot.responses.push(response);
+        }
+    }
+
+    /// The last response of a watcher that is gone (cancelled, compacted): if its Created never went out, it goes
+    /// out first (etcd always answers a create before it cancels).
+    fn finish_watcher(
+        &mut self,
+        stream_id: StreamId,
+        watch_id: i64,
+        announced: bool,
+        last: WatchResponse,
+    ) {
+        if announced {
+            self.send(stream_id, last);
+            return;
+        }
+        let created = WatchResponse {
+            header: Some(self.latest_header),
+            watch_id,
+            created: true,
+            ..Default::default()
+        };
+        let Some(stream) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        let Some(slot) = stream
+            .slots
+            .iter_mut()
+            .find(|slot| slot.watch_id == Some(watch_id))
+        else {
+            return;
+        };
+        if slot.waiting {
+            slot.waiting = false;
+            if !last.created {
+                slot.responses.insert(0, created);
+            }
+        }
+        slot.responses.push(last);
+        self.flush_slots(stream_id);
+    }
+
+    /// Sends the answers whose turn has come.
+    fn flush_slots(&mut self, stream_id: StreamId) {
+        loop {
+            let Some(stream) = self.streams.get_mut(&stream_id) else {
+                return;
+            };
+            if stream.slots.front().is_none_or(|slot| slot.waiting) {
+                return;
+            }
+            let slot = stream.slots.pop_front().expect("checked");
+            if let Some(watcher) = slot.watch_id.and_then(|id| stream.watchers.get_mut(&id)) {
+                watcher.announced = true;
+            }
+            for response in slot.responses {
+                self.send(stream_id, response);
+            }
+        }
     }
 
     /// Queues a response to a client stream; a stream whose buffer is full is ended (slow consumer).
@@ -705,3 +808,7 @@ fn create_request(create: WatchCreateRequest) -> WatchRequest {
         request_union: Some(RequestUnion::CreateRequest(create)),
     }
 }
+
+#[cfg(test)]
+#[path = "hub_tests.rs"]
+mod tests;

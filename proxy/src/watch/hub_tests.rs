@@ -1,0 +1,460 @@
+//! The hub's join, merge, cancel, resume and slow-consumer rules, driven without I/O.
+
+use super::*;
+use proto::etcdserverpb::watch_create_request::FilterType;
+use proto::mvccpb::{Event, KeyValue, event::EventType};
+
+const CLUSTER: u64 = 77;
+
+struct Client {
+    id: StreamId,
+    responses: mpsc::Receiver<WatchResponse>,
+    abort: mpsc::Receiver<Status>,
+}
+
+impl Client {
+    fn open(hub: &mut Hub, id: StreamId, buffer: usize) -> Self {
+        let (responses, responses_rx) = mpsc::channel(buffer);
+        let (abort, abort_rx) = mpsc::channel(1);
+        hub.open_stream(
+            id,
+            StreamSink {
+                responses,
+                abort,
+                requires_leader: false,
+            },
+        );
+        Self {
+            id,
+            responses: responses_rx,
+            abort: abort_rx,
+        }
+    }
+
+    fn received(&mut self) -> Vec<WatchResponse> {
+        std::iter::from_fn(|| self.responses.try_recv().ok()).collect()
+    }
+}
+
+fn hub() -> Hub {
+    Hub::new(
+        HubConfig {
+            max_join_lag: 0,
+            fragment_limit: 1 << 20,
+        },
+        Metrics::new(prometheus::Registry::new()).unwrap(),
+    )
+}
+
+fn watch(key: &str, start_revision: i64) -> WatchCreateRequest {
+    WatchCreateRequest {
+        key: key.into(),
+        start_revision,
+        ..Default::default()
+    }
+}
+
+fn header(revision: i64) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        cluster_id: CLUSTER,
+        member_id: 1,
+        revision,
+        raft_term: 2,
+    })
+}
+
+fn created(sw: i64, revision: i64) -> WatchResponse {
+    WatchResponse {
+        header: header(revision),
+        watch_id: sw,
+        created: true,
+        ..Default::default()
+    }
+}
+
+fn put(sw: i64, key: &str, revision: i64) -> WatchResponse {
+    let kv = KeyValue {
+        key: key.into(),
+        mod_revision: revision,
+        ..Default::default()
+    };
+    let event = Event {
+        r#type: EventType::Put as i32,
+        kv: Some(kv),
+        prev_kv: None,
+    };
+    WatchResponse {
+        header: header(revision),
+        watch_id: sw,
+        events: vec![event],
+        ..Default::default()
+    }
+}
+
+/// The upstream requests queued since the last call, as short labels.
+fn sent(hub: &mut Hub) -> Vec<String> {
+    hub.flush_creates();
+    hub.outbox
+        .drain(..)
+        .map(|r| match r.request_union.unwrap() {
+            RequestUnion::CreateRequest(c) => {
+                format!("create {} from {}", c.watch_id, c.start_revision)
+            }
+            RequestUnion::CancelRequest(c) => format!("cancel {}", c.watch_id),
+            RequestUnion::ProgressRequest(_) => "progress".into(),
+        })
+        .collect()
+}
+
+/// (watch_id, created, canceled, event revisions) of each response.
+fn summary(responses: &[WatchResponse]) -> Vec<(i64, bool, bool, Vec<i64>)> {
+    responses
+        .iter()
+        .map(|r| {
+            let revisions = r
+                .events
+                .iter()
+                .map(|e| e.kv.as_ref().unwrap().mod_revision)
+                .collect();
+            (r.watch_id, r.created, r.canceled, revisions)
+        })
+        .collect()
+}
+
+#[test]
+fn watchers_from_now_share_a_create_that_was_not_sent_yet() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    let mut b = Client::open(&mut hub, 2, 8);
+    hub.create(a.id, watch("k", 0));
+    hub.create(b.id, watch("k", 0));
+    assert_eq!(sent(&mut hub), vec!["create 1 from 0"]);
+    hub.upstream_response(created(1, 10));
+    let (ra, rb) = (a.received(), b.received());
+    assert_eq!(summary(&ra), vec![(0, true, false, vec![])]);
+    assert_eq!(summary(&rb), vec![(0, true, false, vec![])]);
+    assert_eq!(
+        ra[0].header,
+        header(10),
+        "etcd's real Created header, not an emulated one"
+    );
+    hub.upstream_response(put(1, "k", 11));
+    assert_eq!(summary(&a.received()), vec![(0, false, false, vec![11])]);
+    assert_eq!(summary(&b.received()), vec![(0, false, false, vec![11])]);
+}
+
+#[test]
+fn a_watcher_from_now_gets_its_own_create_and_is_merged_into_the_older_one() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    let mut b = Client::open(&mut hub, 2, 8);
+    hub.create(a.id, watch("k", 0));
+    assert_eq!(sent(&mut hub), vec!["create 1 from 0"]);
+    hub.upstream_response(created(1, 10));
+    hub.create(b.id, watch("k", 0));
+    assert_eq!(
+        sent(&mut hub),
+        vec!["create 2 from 0"],
+        "no join of a running watcher at lag 0"
+    );
+    hub.upstream_response(created(2, 12));
+    assert_eq!(b.received()[0].header, header(12));
+    assert_eq!(
+        sent(&mut hub),
+        vec!["cancel 2"],
+        "merged into the watcher behind it"
+    );
+    a.received();
+    // The older s-watcher still delivers revision 12, which b must not see (it started after 12).
+    hub.upstream_response(put(1, "k", 12));
+    hub.upstream_response(put(1, "k", 13));
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, false, false, vec![12]), (0, false, false, vec![13])]
+    );
+    assert_eq!(summary(&b.received()), vec![(0, false, false, vec![13])]);
+}
+
+#[test]
+fn a_start_revision_joins_a_running_watcher_only_if_it_is_not_past_it() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    hub.create(a.id, watch("k", 11));
+    assert_eq!(
+        sent(&mut hub),
+        Vec::<String>::new(),
+        "joined: next revision 11 is not past 11"
+    );
+    let joined = a.received();
+    assert_eq!(summary(&joined)[1], (1, true, false, vec![]));
+    assert_eq!(
+        joined[1].header.unwrap().cluster_id,
+        CLUSTER,
+        "a real header, not zeros"
+    );
+    hub.create(a.id, watch("k", 5));
+    assert_eq!(
+        sent(&mut hub),
+        vec!["create 2 from 5"],
+        "revision 5 was already passed"
+    );
+}
+
+#[test]
+fn compaction_reaches_every_receiver_and_the_dead_watcher_is_never_reused() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 3));
+    hub.create(a.id, watch("k", 3));
+    assert_eq!(sent(&mut hub), vec!["create 1 from 3"]);
+    hub.upstream_response(created(1, 20));
+    hub.upstream_response(WatchResponse {
+        header: header(20),
+        watch_id: 1,
+        canceled: true,
+        compact_revision: 9,
+        cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+        ..Default::default()
+    });
+    let responses = a.received();
+    assert_eq!(
+        summary(&responses),
+        vec![
+            (0, true, false, vec![]),
+            (1, true, false, vec![]),
+            (0, false, true, vec![]),
+            (1, false, true, vec![])
+        ]
+    );
+    assert!(
+        responses[2..]
+            .iter()
+            .all(|r| r.compact_revision == 9 && r.cancel_reason.contains("compacted"))
+    );
+    hub.create(a.id, watch("k", 12));
+    assert_eq!(sent(&mut hub), vec!["create 2 from 12"]);
+}
+
+#[test]
+fn cancelling_the_last_receiver_cancels_upstream_and_unknown_ids_are_ignored() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 4));
+    a.received();
+    hub.cancel(a.id, 0);
+    assert_eq!(
+        sent(&mut hub),
+        Vec::<String>::new(),
+        "another receiver remains"
+    );
+    hub.cancel(a.id, 1);
+    assert_eq!(sent(&mut hub), vec!["cancel 1"]);
+    hub.cancel(a.id, 42);
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, false, true, vec![]), (1, false, true, vec![])]
+    );
+}
+
+#[test]
+fn client_chosen_watch_ids_are_kept_and_duplicates_refused_as_etcd_does() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(
+        a.id,
+        WatchCreateRequest {
+            watch_id: 1,
+            ..watch("k", 0)
+        },
+    );
+    hub.create(a.id, watch("k", 0));
+    hub.create(a.id, watch("k", 0));
+    hub.create(
+        a.id,
+        WatchCreateRequest {
+            watch_id: 1,
+            ..watch("j", 0)
+        },
+    );
+    sent(&mut hub);
+    assert!(
+        a.received().is_empty(),
+        "the refusal waits for the answers to the earlier creates"
+    );
+    hub.upstream_response(created(1, 4));
+    let answers = a.received();
+    let ids: Vec<i64> = answers.iter().map(|r| r.watch_id).collect();
+    assert_eq!(
+        ids,
+        vec![1, 0, 2, -1],
+        "automatic IDs skip the one the client chose; answers keep request order"
+    );
+    assert_eq!(answers[3].cancel_reason, DUPLICATE_WATCH_ID);
+    assert!(answers[3].created && answers[3].canceled);
+}
+
+#[test]
+fn after_the_upstream_stream_is_lost_watchers_resume_without_gap_or_duplicate() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    hub.upstream_response(put(1, "k", 11));
+    a.received();
+    hub.upstream_lost();
+    assert_eq!(sent(&mut hub), vec!["create 1 from 12"]);
+    hub.upstream_response(created(1, 15));
+    hub.upstream_response(put(1, "k", 12));
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, false, false, vec![12])],
+        "no second Created"
+    );
+}
+
+#[test]
+fn a_slow_consumer_loses_only_its_own_stream() {
+    let mut hub = hub();
+    let mut slow = Client::open(&mut hub, 1, 1);
+    let mut fast = Client::open(&mut hub, 2, 8);
+    hub.create(slow.id, watch("k", 0));
+    hub.create(fast.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 1));
+    hub.upstream_response(put(1, "k", 2));
+    let status = slow.abort.try_recv().expect("the slow stream is ended");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(status.message().contains("--watch-buffer-size"));
+    assert_eq!(
+        summary(&fast.received()),
+        vec![(0, true, false, vec![]), (0, false, false, vec![2])]
+    );
+    hub.upstream_response(put(1, "k", 3));
+    assert_eq!(summary(&fast.received()), vec![(0, false, false, vec![3])]);
+}
+
+#[test]
+fn created_answers_leave_in_the_order_of_the_creates() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    a.received();
+    // A create waiting for etcd, then one that could be answered at once: the answers keep that order.
+    hub.create(a.id, watch("j", 0));
+    hub.create(a.id, watch("k", 11));
+    assert_eq!(sent(&mut hub), vec!["create 2 from 0"]);
+    assert!(
+        a.received().is_empty(),
+        "the second answer waits for the first"
+    );
+    hub.upstream_response(put(1, "k", 11));
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, false, false, vec![11])],
+        "the announced watcher gets it; the one not yet announced waits"
+    );
+    hub.upstream_response(created(2, 11));
+    assert_eq!(
+        summary(&a.received()),
+        vec![
+            (1, true, false, vec![]),
+            (2, true, false, vec![]),
+            (2, false, false, vec![11])
+        ]
+    );
+}
+
+#[test]
+fn progress_requests_are_answered_with_etcds_progress() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.request_progress(a.id);
+    hub.request_progress(a.id);
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    hub.upstream_response(WatchResponse {
+        header: header(30),
+        watch_id: -1,
+        ..Default::default()
+    });
+    let answers = a.received();
+    assert_eq!(summary(&answers), vec![(-1, false, false, vec![])]);
+    assert_eq!(answers[0].header, header(30));
+}
+
+#[test]
+fn filters_and_progress_notify_apply_per_watcher() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    let mut b = Client::open(&mut hub, 2, 8);
+    hub.create(
+        a.id,
+        WatchCreateRequest {
+            filters: vec![FilterType::Noput as i32],
+            ..watch("k", 0)
+        },
+    );
+    hub.create(
+        b.id,
+        WatchCreateRequest {
+            progress_notify: true,
+            ..watch("k", 0)
+        },
+    );
+    assert_eq!(
+        sent(&mut hub),
+        vec!["create 1 from 0"],
+        "options do not prevent sharing"
+    );
+    hub.upstream_response(created(1, 1));
+    hub.upstream_response(put(1, "k", 2));
+    hub.upstream_response(WatchResponse {
+        header: header(9),
+        watch_id: 1,
+        ..Default::default()
+    });
+    assert_eq!(summary(&a.received()), vec![(0, true, false, vec![])]);
+    assert_eq!(
+        summary(&b.received()),
+        vec![
+            (0, true, false, vec![]),
+            (0, false, false, vec![2]),
+            (0, false, false, vec![])
+        ]
+    );
+}
+
+#[test]
+fn the_coalescing_gauge_counts_shared_watchers_and_never_goes_negative() {
+    let metrics = Metrics::new(prometheus::Registry::new()).unwrap();
+    let mut hub = Hub::new(
+        HubConfig {
+            max_join_lag: 0,
+            fragment_limit: 1 << 20,
+        },
+        metrics.clone(),
+    );
+    let a = Client::open(&mut hub, 1, 8);
+    for _ in 0..3 {
+        hub.create(a.id, watch("k", 0));
+    }
+    hub.create(a.id, watch("other", 0));
+    assert_eq!(metrics.watchers_coalescing.get(), 2);
+    assert_eq!(metrics.watch_upstream_watchers.get(), 2);
+    hub.close_stream(a.id);
+    assert_eq!(metrics.watchers_coalescing.get(), 0);
+    assert_eq!(metrics.watch_client_watchers.get(), 0);
+    assert_eq!(
+        sent(&mut hub),
+        Vec::<String>::new(),
+        "never-sent creates need no cancel"
+    );
+}
