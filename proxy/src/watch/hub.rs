@@ -534,10 +534,10 @@ impl Hub {
             };
             if interest.fragment {
                 for part in fragments(reply, limit) {
-                    self.to_watcher(stream_id, watch_id, part);
+                    self.deliver_to(stream_id, watch_id, part);
                 }
             } else {
-                self.to_watcher(stream_id, watch_id, reply);
+                self.deliver_to(stream_id, watch_id, reply);
             }
         }
     }
@@ -562,7 +562,7 @@ impl Hub {
                     watch_id,
                     ..Default::default()
                 };
-                self.to_watcher(stream_id, watch_id, notice);
+                self.deliver_to(stream_id, watch_id, notice);
             }
         }
     }
@@ -679,7 +679,7 @@ impl Hub {
     }
 
     /// A response for one watcher: straight out once its Created went out, else after it.
-    fn to_watcher(&mut self, stream_id: StreamId, watch_id: i64, response: WatchResponse) {
+    fn deliver_to(&mut self, stream_id: StreamId, watch_id: i64, response: WatchResponse) {
         let Some(stream) = self.streams.get_mut(&stream_id) else {
             return;
         };
