@@ -1,0 +1,284 @@
+//! Fault schedules drawn from the seed, and their application to a running turmoil simulation.
+//!
+//! A schedule is a time-ordered list of [`Fault`]s. [`FaultProfile`] says which kinds may occur and keeps the
+//! "at least one member reachable from the proxy" promise: a member is impaired when it is crashed or its link with
+//! the proxy is cut (either direction) or held, and the generator never impairs the last healthy member. Every
+//! fault is healed before the quiet period at the end of the run, so that the checkers can demand convergence.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::topology::{PROXY_HOST, member_host};
+
+/// One change to the simulated world.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Stops a member's software; its connections break.
+    Crash(usize),
+    /// Starts a crashed member again (same store: the model's state is shared).
+    Restart(usize),
+    /// Cuts the proxy↔member link both ways.
+    Partition(usize),
+    /// Cuts only the proxy→member direction (`to_member`) or the member→proxy direction.
+    PartitionOneWay {
+        member: usize,
+        to_member: bool,
+    },
+    /// Heals any cut of the proxy↔member link.
+    Repair(usize),
+    /// Holds the proxy↔member link's messages; released later, so they arrive after other links' messages.
+    Hold(usize),
+    Release(usize),
+    /// Sets a fixed latency on the proxy↔member link (zero restores the default jitter).
+    Latency {
+        member: usize,
+        latency: Duration,
+    },
+    /// Sets the largest random latency of every link (jitter).
+    Jitter(Duration),
+    /// Restarts the proxy process (its clients' connections break).
+    RestartProxy,
+}
+
+/// A fault and when it happens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scheduled {
+    pub at: Duration,
+    pub fault: Fault,
+}
+
+/// What a scenario allows.
+#[derive(Clone, Debug)]
+pub struct FaultProfile {
+    pub members: usize,
+    /// Faults start within `[start, quiet_from)`; everything is healed at `quiet_from`.
+    pub start: Duration,
+    pub quiet_from: Duration,
+    pub crashes: bool,
+    pub partitions: bool,
+    pub holds: bool,
+    pub latency: bool,
+    pub proxy_restarts: bool,
+    /// Mean pause between two faults.
+    pub mean_gap: Duration,
+    /// Longest time one impairment lasts.
+    pub max_outage: Duration,
+}
+
+/// The schedule of one run, in time order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    pub faults: Vec<Scheduled>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Impairment {
+    Crashed,
+    Cut,
+    Held,
+}
+
+impl FaultPlan {
+    /// A schedule drawn from `seed` within `profile`.
+    pub fn generate(seed: u64, profile: &FaultProfile) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x6661_756c_7473);
+        let mut faults = Vec::new();
+        // When each member's current impairment ends (None: healthy).
+        let mut impaired: Vec<Option<(Duration, Impairment)>> = vec![None; profile.members];
+        let mut now = profile.start;
+        let mut kinds: Vec<&str> = Vec::new();
+        if profile.crashes {
+            kinds.push("crash");
+        }
+        if profile.partitions {
+            kinds.extend(["partition", "oneway"]);
+        }
+        if profile.holds {
+            kinds.push("hold");
+        }
+        if profile.latency {
+            kinds.extend(["latency", "jitter"]);
+        }
+        if profile.proxy_restarts {
+            kinds.push("proxy");
+        }
+        let gap_ms = profile.mean_gap.as_millis().max(2) as u64;
+        loop {
+            now += Duration::from_millis(rng.random_range(gap_ms / 2..=gap_ms * 3 / 2));
+            if now >= profile.quiet_from || kinds.is_empty() {
+                break;
+            }
+            // Heal what ended by now, so the member counts as healthy again.
+            for slot in impaired.iter_mut() {
+                if slot.is_some_and(|(until, _)| until <= now) {
+                    *slot = None;
+                }
+            }
+            let kind = kinds[rng.random_range(0..kinds.len())];
+            let outage_ms = rng.random_range(200..=profile.max_outage.as_millis().max(201) as u64);
+            let until = (now + Duration::from_millis(outage_ms)).min(profile.quiet_from);
+            let healthy: Vec<usize> = (0..profile.members)
+                .filter(|&m| impaired[m].is_none())
+                .collect();
+            let pick_victim = |rng: &mut StdRng| -> Option<usize> {
+                // Keep at least one member healthy.
+                (healthy.len() >= 2).then(|| healthy[rng.random_range(0..healthy.len())])
+            };
+            match kind {
+                "crash" => {
+                    if let Some(m) = pick_victim(&mut rng) {
+                        impaired[m] = Some((until, Impairment::Crashed));
+                        faults.push(at(now, Fault::Crash(m)));
+                        faults.push(at(until, Fault::Restart(m)));
+                    }
+                }
+                "partition" | "oneway" => {
+                    if let Some(m) = pick_victim(&mut rng) {
+                        impaired[m] = Some((until, Impairment::Cut));
+                        let fault = if kind == "partition" {
+                            Fault::Partition(m)
+                        } else {
+                            Fault::PartitionOneWay {
+                                member: m,
+                                to_member: rng.random_bool(0.5),
+                            }
+                        };
+                        faults.push(at(now, fault));
+                        faults.push(at(until, Fault::Repair(m)));
+                    }
+                }
+                "hold" => {
+                    if let Some(m) = pick_victim(&mut rng) {
+                        // Holds are short: held messages stall every call on the link until released.
+                        let until = (now + Duration::from_millis(outage_ms.min(800)))
+                            .min(profile.quiet_from);
+                        impaired[m] = Some((until, Impairment::Held));
+                        faults.push(at(now, Fault::Hold(m)));
+                        faults.push(at(until, Fault::Release(m)));
+                    }
+                }
+                "latency" => {
+                    let m = rng.random_range(0..profile.members);
+                    let latency = Duration::from_millis(rng.random_range(1..=50));
+                    faults.push(at(now, Fault::Latency { member: m, latency }));
+                    faults.push(at(
+                        until,
+                        Fault::Latency {
+                            member: m,
+                            latency: Duration::ZERO,
+                        },
+                    ));
+                }
+                "jitter" => {
+                    let jitter = Duration::from_millis(rng.random_range(1..=30));
+                    faults.push(at(now, Fault::Jitter(jitter)));
+                    faults.push(at(until, Fault::Jitter(DEFAULT_JITTER)));
+                }
+                "proxy" => faults.push(at(now, Fault::RestartProxy)),
+                _ => unreachable!("unknown fault kind {kind}"),
+            }
+        }
+        // A stable sort keeps an impairment's start before its end when both fall on the same instant.
+        faults.sort_by_key(|s| s.at);
+        Self { faults }
+    }
+
+    /// Removes and returns the faults due at `now`.
+    pub fn take_due(&mut self, now: Duration) -> Vec<Scheduled> {
+        let due = self.faults.partition_point(|s| s.at <= now);
+        self.faults.drain(..due).collect()
+    }
+}
+
+/// The largest random latency of a link when no fault changed it.
+pub const DEFAULT_JITTER: Duration = Duration::from_millis(5);
+
+fn at(at: Duration, fault: Fault) -> Scheduled {
+    Scheduled { at, fault }
+}
+
+/// Applies one fault to the simulation. Returns a line for the trace.
+pub fn apply(sim: &mut turmoil::Sim<'_>, fault: &Fault) -> String {
+    match fault {
+        Fault::Crash(m) => sim.crash(member_host(*m)),
+        Fault::Restart(m) => sim.bounce(member_host(*m)),
+        Fault::Partition(m) => sim.partition(PROXY_HOST, member_host(*m)),
+        Fault::PartitionOneWay { member, to_member } => {
+            if *to_member {
+                sim.partition_oneway(PROXY_HOST, member_host(*member))
+            } else {
+                sim.partition_oneway(member_host(*member), PROXY_HOST)
+            }
+        }
+        Fault::Repair(m) => sim.repair(PROXY_HOST, member_host(*m)),
+        Fault::Hold(m) => sim.hold(PROXY_HOST, member_host(*m)),
+        Fault::Release(m) => sim.release(PROXY_HOST, member_host(*m)),
+        Fault::Latency { member, latency } => {
+            if latency.is_zero() {
+                sim.set_link_max_message_latency(PROXY_HOST, member_host(*member), DEFAULT_JITTER);
+            } else {
+                sim.set_link_latency(PROXY_HOST, member_host(*member), *latency)
+            }
+        }
+        Fault::Jitter(jitter) => sim.set_max_message_latency(*jitter),
+        Fault::RestartProxy => sim.bounce(PROXY_HOST),
+    }
+    format!("fault {fault:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> FaultProfile {
+        FaultProfile {
+            members: 3,
+            start: Duration::from_millis(500),
+            quiet_from: Duration::from_secs(20),
+            crashes: true,
+            partitions: true,
+            holds: true,
+            latency: true,
+            proxy_restarts: false,
+            mean_gap: Duration::from_millis(400),
+            max_outage: Duration::from_secs(3),
+        }
+    }
+
+    #[test]
+    fn a_seed_always_gives_the_same_schedule() {
+        assert_eq!(
+            FaultPlan::generate(7, &profile()),
+            FaultPlan::generate(7, &profile())
+        );
+        assert_ne!(
+            FaultPlan::generate(7, &profile()),
+            FaultPlan::generate(8, &profile())
+        );
+    }
+
+    #[test]
+    fn at_least_one_member_stays_reachable_and_all_heal_before_the_quiet_period() {
+        for seed in 0..200 {
+            let plan = FaultPlan::generate(seed, &profile());
+            let mut impaired = [false; 3];
+            for scheduled in &plan.faults {
+                assert!(scheduled.at <= profile().quiet_from, "seed {seed}");
+                match scheduled.fault {
+                    Fault::Crash(m) | Fault::Partition(m) | Fault::Hold(m) => impaired[m] = true,
+                    Fault::PartitionOneWay { member, .. } => impaired[member] = true,
+                    Fault::Restart(m) | Fault::Repair(m) | Fault::Release(m) => impaired[m] = false,
+                    _ => {}
+                }
+                assert!(
+                    impaired.iter().any(|i| !i),
+                    "seed {seed}: every member impaired at {:?}",
+                    scheduled.at
+                );
+            }
+            assert!(impaired.iter().all(|i| !i), "seed {seed}: not healed");
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! [`Cluster`]: the handle every member and the checkers share. It owns the store behind a lock, the identities
+//! (cluster ID, member IDs, raft term), the seeded source of lease IDs, the virtual clock, and a signal that wakes
+//! watch streams whenever the store changes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use proto::etcdserverpb::{Member, ResponseHeader};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+
+use super::history::{History, StreamKind, StreamRecord};
+use super::store::Store;
+
+/// etcd's default interval of progress notifications for watchers that asked for them.
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10 * 60);
+
+/// The model etcd cluster: one store served by several members. Cheap to clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    lease_ids: Mutex<StdRng>,
+    cluster_id: u64,
+    members: Mutex<Vec<Member>>,
+    raft_term: AtomicU64,
+    /// Bumped after every change of the store (a revision, a compaction); watch streams wait on it.
+    changed: watch::Sender<u64>,
+    /// Origin of virtual time outside a turmoil simulation (tokio's clock, paused or not).
+    epoch: tokio::time::Instant,
+    progress_interval: Mutex<Duration>,
+}
+
+impl Cluster {
+    /// A cluster of `members` members (named `m0`, `m1`, ...) with identities and lease IDs drawn from `seed`.
+    pub fn new(members: usize, seed: u64) -> Self {
+        assert!(members > 0, "a cluster has at least one member");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let cluster_id = rng.random::<u64>() | 1;
+        let members = (0..members)
+            .map(|i| Member {
+                id: rng.random::<u64>() | 1,
+                name: format!("m{i}"),
+                peer_ur_ls: vec![format!("http://m{i}:2380")],
+                client_ur_ls: vec![format!("http://m{i}:2379")],
+                is_learner: false,
+            })
+            .collect();
+        let lease_seed = rng.random::<u64>();
+        Self {
+            shared: Arc::new(Shared {
+                store: Mutex::new(Store::new()),
+                lease_ids: Mutex::new(StdRng::seed_from_u64(lease_seed)),
+                cluster_id,
+                members: Mutex::new(members),
+                raft_term: AtomicU64::new(2),
+                changed: watch::Sender::new(0),
+                epoch: tokio::time::Instant::now(),
+                progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
+            }),
+        }
+    }
+
+    /// Sets the client URLs a member advertises in MemberList (for a model served on real ports).
+    pub fn set_client_urls(&self, member: usize, urls: Vec<String>) {
+        lock(&self.shared.members)[member].client_ur_ls = urls;
+    }
+
+    /// Sets how often watchers with `progress_notify` get a progress notification.
+    pub fn set_progress_interval(&self, interval: Duration) {
+        *lock(&self.shared.progress_interval) = interval;
+    }
+
+    pub fn progress_interval(&self) -> Duration {
+        *lock(&self.shared.progress_interval)
+    }
+
+    pub fn member_count(&self) -> usize {
+        lock(&self.shared.members).len()
+    }
+
+    pub fn members(&self) -> Vec<Member> {
+        lock(&self.shared.members).clone()
+    }
+
+    pub fn cluster_id(&self) -> u64 {
+        self.shared.cluster_id
+    }
+
+    pub fn member_id(&self, member: usize) -> u64 {
+        lock(&self.shared.members)[member].id
+    }
+
+    pub fn raft_term(&self) -> u64 {
+        self.shared.raft_term.load(Ordering::Acquire)
+    }
+
+    /// A new term, as after a leader election (the simulation calls it when a member restarts).
+    pub fn bump_term(&self) {
+        self.shared.raft_term.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Virtual time: the simulation's clock inside turmoil, tokio's clock since creation elsewhere.
+    pub fn now(&self) -> Duration {
+        turmoil::sim_elapsed().unwrap_or_else(|| self.shared.epoch.elapsed())
+    }
+
+    /// Runs `f` on the store (after expiring due leases) and wakes the watch streams if it changed anything.
+    pub fn with_store<R>(&self, f: impl FnOnce(&mut Store, Duration) -> R) -> R {
+        let now = self.now();
+        let mut store = lock(&self.shared.store);
+        let before = (store.revision(), store.compacted());
+        store.expire_leases(now);
+        let result = f(&mut store, now);
+        let after = (store.revision(), store.compacted());
+        drop(store);
+        if before != after {
+            self.shared
+                .changed
+                .send_modify(|generation| *generation += 1);
+        }
+        result
+    }
+
+    /// A fresh lease ID from the seeded generator: positive and non-zero.
+    pub fn fresh_lease_id(&self) -> i64 {
+        let mut rng = lock(&self.shared.lease_ids);
+        loop {
+            let id = rng.random::<i64>() & i64::MAX;
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+
+    /// A receiver that sees every change of the store.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
+    /// The response header a member sends at `revision`.
+    pub fn header(&self, member: usize, revision: i64) -> ResponseHeader {
+        ResponseHeader {
+            cluster_id: self.cluster_id(),
+            member_id: self.member_id(member),
+            revision,
+            raft_term: self.raft_term(),
+        }
+    }
+
+    /// Fills in a header that the store started (it knows only the revision).
+    pub fn complete_header(&self, member: usize, header: &mut Option<ResponseHeader>) {
+        let revision = header.as_ref().map_or(0, |h| h.revision);
+        *header = Some(self.header(member, revision));
+    }
+
+    /// A snapshot of everything recorded so far.
+    pub fn history(&self) -> History {
+        lock(&self.shared.store).history.clone()
+    }
+
+    /// Records that a client opened a stream; the returned guard records its end when dropped.
+    pub fn open_stream(&self, member: usize, kind: StreamKind) -> StreamGuard {
+        let now = self.now();
+        let index = {
+            let mut store = lock(&self.shared.store);
+            store.history.streams.push(StreamRecord {
+                member,
+                kind,
+                opened_at: now,
+                closed_at: None,
+                first_request_at: None,
+                last_request_at: None,
+            });
+            store.history.streams.len() - 1
+        };
+        StreamGuard {
+            cluster: self.clone(),
+            index,
+        }
+    }
+}
+
+/// Marks a recorded stream closed when the member's stream task ends (normally, by error, or by a crash).
+pub struct StreamGuard {
+    cluster: Cluster,
+    index: usize,
+}
+
+impl StreamGuard {
+    /// Records that a request arrived on the stream.
+    pub fn touch(&self) {
+        let now = self.cluster.now();
+        let mut store = lock(&self.cluster.shared.store);
+        let record = &mut store.history.streams[self.index];
+        record.first_request_at.get_or_insert(now);
+        record.last_request_at = Some(now);
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let now = self.cluster.now();
+        if let Ok(mut store) = self.cluster.shared.store.lock() {
+            store.history.streams[self.index].closed_at = Some(now);
+        }
+    }
+}
+
+/// Completes once the member is told to stop (or its stop signal is gone).
+pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+/// Locks, ignoring poisoning: a panic elsewhere already fails the run, and the checkers still want the history.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,140 @@
+//! The Cluster and Maintenance services of one member: MemberList and Status with the cluster's identities and
+//! raft term; Alarm answers "no alarms"; membership changes and the other maintenance calls are Unimplemented.
+
+use proto::etcdserverpb::cluster_server::Cluster as ClusterApi;
+use proto::etcdserverpb::maintenance_server::Maintenance;
+use proto::etcdserverpb::{
+    AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, DowngradeRequest,
+    DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse, MemberAddRequest,
+    MemberAddResponse, MemberListRequest, MemberListResponse, MemberPromoteRequest,
+    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest,
+    MemberUpdateResponse, MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest, SnapshotResponse,
+    StatusRequest, StatusResponse,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::cluster::Cluster;
+use super::errors::unimplemented;
+
+/// The version the model reports in Status.
+pub const MODEL_VERSION: &str = "3.4.23";
+
+pub struct ClusterService {
+    pub cluster: Cluster,
+    pub member: usize,
+}
+
+#[tonic::async_trait]
+impl ClusterApi for ClusterService {
+    async fn member_add(
+        &self,
+        _: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
+        Err(unimplemented("MemberAdd"))
+    }
+
+    async fn member_remove(
+        &self,
+        _: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
+        Err(unimplemented("MemberRemove"))
+    }
+
+    async fn member_update(
+        &self,
+        _: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
+        Err(unimplemented("MemberUpdate"))
+    }
+
+    async fn member_list(
+        &self,
+        _: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
+        // etcd's MemberList header carries no revision.
+        Ok(Response::new(MemberListResponse {
+            header: Some(self.cluster.header(self.member, 0)),
+            members: self.cluster.members(),
+        }))
+    }
+
+    async fn member_promote(
+        &self,
+        _: Request<MemberPromoteRequest>,
+    ) -> Result<Response<MemberPromoteResponse>, Status> {
+        Err(unimplemented("MemberPromote"))
+    }
+}
+
+pub struct MaintenanceService {
+    pub cluster: Cluster,
+    pub member: usize,
+}
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn alarm(&self, _: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+        let revision = self.cluster.with_store(|store, _| store.revision());
+        Ok(Response::new(AlarmResponse {
+            header: Some(self.cluster.header(self.member, revision)),
+            alarms: Vec::new(),
+        }))
+    }
+
+    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let revision = self.cluster.with_store(|store, _| store.revision());
+        let term = self.cluster.raft_term();
+        Ok(Response::new(StatusResponse {
+            header: Some(self.cluster.header(self.member, revision)),
+            version: MODEL_VERSION.to_string(),
+            db_size: 20480,
+            // The first member leads: the model has no elections, only the term moves.
+            leader: self.cluster.member_id(0),
+            raft_index: revision as u64,
+            raft_term: term,
+            raft_applied_index: revision as u64,
+            errors: Vec::new(),
+            db_size_in_use: 16384,
+            is_learner: false,
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        _: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
+        Err(unimplemented("Defragment"))
+    }
+
+    async fn hash(&self, _: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        Err(unimplemented("Hash"))
+    }
+
+    async fn hash_kv(&self, _: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+        Err(unimplemented("HashKV"))
+    }
+
+    type SnapshotStream = ReceiverStream<Result<SnapshotResponse, Status>>;
+
+    async fn snapshot(
+        &self,
+        _: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
+        Err(unimplemented("Snapshot"))
+    }
+
+    async fn move_leader(
+        &self,
+        _: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
+        Err(unimplemented("MoveLeader"))
+    }
+
+    async fn downgrade(
+        &self,
+        _: Request<DowngradeRequest>,
+    ) -> Result<Response<DowngradeResponse>, Status> {
+        Err(unimplemented("Downgrade"))
+    }
+}

@@ -1,0 +1,134 @@
+//! What the model remembers for the invariant checkers: every revision's events, every compaction, every lease's
+//! life (grant, keep-alives, end), and every Watch or LeaseKeepAlive stream a client (the proxy) opened on a member.
+//!
+//! Times are virtual (`Duration` since the start of the run), so the history of one seed is the same every run.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proto::mvccpb::Event;
+
+/// One committed revision: its number, when it was committed and its events in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RevisionRecord {
+    pub revision: i64,
+    pub at: Duration,
+    /// Events carry `prev_kv` always; a watcher that did not ask for it gets it stripped.
+    pub events: Vec<Event>,
+}
+
+/// How a lease ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseEnd {
+    Revoked,
+    Expired,
+}
+
+/// The life of one lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseRecord {
+    pub id: i64,
+    pub granted_ttl: i64,
+    pub granted_at: Duration,
+    /// Every successful renewal, with the member that served it.
+    pub keep_alives: Vec<(Duration, usize)>,
+    pub ended: Option<(Duration, LeaseEnd)>,
+}
+
+/// Which bidirectional stream kind a client opened on a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StreamKind {
+    Watch,
+    LeaseKeepAlive,
+}
+
+/// One stream a client opened on a member (in the simulation the only client of the members is the proxy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub member: usize,
+    pub kind: StreamKind,
+    pub opened_at: Duration,
+    pub closed_at: Option<Duration>,
+    /// When the first and the latest request arrived on it (a stream cut off by a partition stops receiving, even
+    /// though the member cannot tell that it is dead).
+    pub first_request_at: Option<Duration>,
+    pub last_request_at: Option<Duration>,
+}
+
+/// Everything the model records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct History {
+    pub revisions: Vec<RevisionRecord>,
+    pub compactions: Vec<(Duration, i64)>,
+    pub leases: BTreeMap<i64, LeaseRecord>,
+    pub streams: Vec<StreamRecord>,
+}
+
+impl History {
+    /// The events of revisions `from..=to`, in order, paired with their revision.
+    pub fn events_between(&self, from: i64, to: i64) -> impl Iterator<Item = &Event> + '_ {
+        // Revisions are appended in increasing order, so a binary search finds the start.
+        let start = self.revisions.partition_point(|r| r.revision < from);
+        self.revisions[start..]
+            .iter()
+            .take_while(move |r| r.revision <= to)
+            .flat_map(|r| r.events.iter())
+    }
+
+    /// The highest number of streams of `kind` in use at the same time on all members together. A stream is in use
+    /// from its first request to its latest one: a member cannot see that a partition killed a stream, but a dead
+    /// stream receives no more requests.
+    pub fn max_concurrent_streams(&self, kind: StreamKind) -> usize {
+        max_overlap(
+            self.streams
+                .iter()
+                .filter(|s| s.kind == kind)
+                .filter_map(|s| Some((s.first_request_at?, s.last_request_at?))),
+        )
+    }
+}
+
+/// The largest number of closed intervals `[from, to]` that share an instant.
+pub fn max_overlap(intervals: impl Iterator<Item = (Duration, Duration)>) -> usize {
+    // +1 at a start, -1 just after an end; at equal times starts count first (the intervals are closed).
+    let mut edges: Vec<(Duration, i32)> = Vec::new();
+    for (from, to) in intervals {
+        edges.push((from, -1));
+        edges.push((to, 1));
+    }
+    // Sorting (time, -1 before +1) puts starts first; the sign is flipped back when counting.
+    edges.sort();
+    let (mut open, mut max) = (0i32, 0i32);
+    for (_, edge) in edges {
+        open -= edge;
+        max = max.max(open);
+    }
+    max as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn overlap_counts_intervals_sharing_an_instant() {
+        assert_eq!(max_overlap([].into_iter()), 0);
+        assert_eq!(
+            max_overlap([(secs(1), secs(2)), (secs(3), secs(4))].into_iter()),
+            1
+        );
+        assert_eq!(
+            max_overlap([(secs(1), secs(3)), (secs(2), secs(4))].into_iter()),
+            2
+        );
+        // Touching intervals share their end instant.
+        assert_eq!(
+            max_overlap([(secs(1), secs(2)), (secs(2), secs(4))].into_iter()),
+            2
+        );
+    }
+}

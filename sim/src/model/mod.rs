@@ -1,0 +1,27 @@
+//! The model etcd: one MVCC store ([`store`], [`txn`], [`lease`]) shared by several members through a
+//! [`Cluster`] handle, served as etcd's real tonic services by [`serve`] on any listener.
+//!
+//! - [`keyspace`]: etcd's `key`/`range_end` rules.
+//! - [`store`], [`txn`], [`lease`]: the state and its operations, synchronous and deterministic.
+//! - [`history`]: what the checkers read (revisions, compactions, leases, upstream streams).
+//! - [`errors`]: etcd's exact error statuses.
+//! - `*_service`: one file per etcd service; [`serve`] puts them on a listener.
+
+pub mod cluster;
+mod cluster_service;
+pub mod errors;
+pub mod history;
+pub mod keyspace;
+mod kv_service;
+pub mod lease;
+mod lease_service;
+mod serve;
+pub mod store;
+pub mod txn;
+mod watch_service;
+
+pub use cluster::Cluster;
+pub use cluster_service::MODEL_VERSION;
+pub use history::{History, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind, StreamRecord};
+pub use serve::serve;
+pub use store::Store;

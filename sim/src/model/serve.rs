@@ -1,0 +1,152 @@
+//! Serving one member: the model's tonic services on a listener from any `Net` (turmoil in the simulation, real
+//! TCP for the conformance suite), plus the task that expires leases on time.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use proto::etcdserverpb::cluster_server::ClusterServer;
+use proto::etcdserverpb::kv_server::KvServer;
+use proto::etcdserverpb::lease_server::LeaseServer;
+use proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use proto::etcdserverpb::watch_server::WatchServer;
+use proxy::net::{Conn, Listener};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+use tonic::transport::server::Connected;
+
+use super::cluster::Cluster;
+use super::cluster_service::{ClusterService, MaintenanceService};
+use super::kv_service::KvService;
+use super::lease_service::LeaseService;
+use super::watch_service::WatchService;
+
+/// How often the expiry task looks at the leases when none is due sooner.
+const EXPIRY_IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Serves member `member` of `cluster` on `listener` until `shutdown` completes; then ends every Watch and
+/// keep-alive stream and stops. Services the model does not implement (Auth, Election, Lock) answer Unimplemented.
+pub async fn serve(
+    cluster: Cluster,
+    member: usize,
+    listener: Box<dyn Listener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let signal = {
+        let mut stop = stop_rx.clone();
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        }
+    };
+    let server = tonic::transport::Server::builder()
+        .add_service(KvServer::new(KvService {
+            cluster: cluster.clone(),
+            member,
+        }))
+        .add_service(WatchServer::new(WatchService {
+            cluster: cluster.clone(),
+            member,
+            stop: stop_rx.clone(),
+        }))
+        .add_service(LeaseServer::new(LeaseService {
+            cluster: cluster.clone(),
+            member,
+            stop: stop_rx.clone(),
+        }))
+        .add_service(ClusterServer::new(ClusterService {
+            cluster: cluster.clone(),
+            member,
+        }))
+        .add_service(MaintenanceServer::new(MaintenanceService {
+            cluster: cluster.clone(),
+            member,
+        }))
+        .serve_with_incoming_shutdown(incoming(listener), signal);
+    tokio::pin!(server);
+    let expiry = expire_leases(cluster);
+    tokio::pin!(expiry);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            result = &mut server => return result,
+            () = &mut expiry => {}
+            () = &mut shutdown => {
+                let _ = stop_tx.send(true);
+                return server.await;
+            }
+        }
+    }
+}
+
+/// Ends due leases at their deadline (each member runs one; the store makes it idempotent).
+async fn expire_leases(cluster: Cluster) {
+    loop {
+        let now = cluster.now();
+        let next = cluster.with_store(|store, _| store.next_expiry());
+        let pause = match next {
+            Some(deadline) if deadline > now => (deadline - now).min(EXPIRY_IDLE_POLL),
+            Some(_) => Duration::ZERO,
+            None => EXPIRY_IDLE_POLL,
+        };
+        tokio::time::sleep(pause).await;
+        cluster.with_store(|_, _| ());
+    }
+}
+
+/// The accepted connections as the stream tonic wants. A failed accept is retried: a simulated network refuses
+/// nothing at the listener, and a real one recovers from transient errors (too many open files).
+fn incoming(
+    listener: Box<dyn Listener>,
+) -> impl futures::Stream<Item = Result<Accepted, io::Error>> {
+    futures::stream::unfold(listener, |mut listener| async move {
+        loop {
+            match listener.accept().await {
+                Ok((conn, _peer)) => return Some((Ok(Accepted(conn)), listener)),
+                Err(err) => {
+                    tracing::debug!(%err, "model etcd: accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    })
+}
+
+/// An accepted connection, with the `Connected` tonic requires.
+pub struct Accepted(Conn);
+
+impl Connected for Accepted {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for Accepted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Accepted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,202 @@
+//! One simulated world: the model members, the production proxy (`proxy::run` over [`TurmoilNet`]), the clients a
+//! scenario adds, and the fault plan. [`World::run`] steps virtual time, applies faults when due, and at the end
+//! shuts the proxy down and checks that it stopped cleanly with no task left behind.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::fault::{self, Fault, FaultPlan, FaultProfile};
+use crate::model::{self, Cluster};
+use crate::net::TurmoilNet;
+use crate::topology::{self, MEMBER_PORT, PROXY_HOST, PROXY_PORT, member_host};
+use crate::trace::Trace;
+use proxy::net::Net;
+
+/// The knobs of one world.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub seed: u64,
+    pub members: usize,
+    pub faults: FaultProfile,
+    /// Hard limit of virtual time; a run still going then has hung.
+    pub limit: Duration,
+}
+
+/// How one proxy process ended (the proxy host records it when `run` returns).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyExit {
+    pub result: Result<(), String>,
+    /// Tasks still alive on the proxy host's runtime shortly after `run` returned.
+    pub tasks_left: usize,
+}
+
+/// A world being built and then run.
+pub struct World<'a> {
+    pub sim: turmoil::Sim<'a>,
+    pub cluster: Cluster,
+    pub trace: Trace,
+    pub settings: Settings,
+    plan: FaultPlan,
+    stop_proxy: watch::Sender<bool>,
+    proxy_exits: Arc<Mutex<Vec<ProxyExit>>>,
+}
+
+/// What a finished run leaves for the checkers.
+pub struct Finished {
+    pub cluster: Cluster,
+    pub trace: Trace,
+    pub proxy_exits: Vec<ProxyExit>,
+    pub elapsed: Duration,
+    /// Why the simulation itself failed (a client error, a panic, the time limit), if it did.
+    pub sim_error: Option<String>,
+}
+
+/// How long the proxy may take to shut down gracefully (its grace period is shortened for the simulation).
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+
+/// The proxy configuration the simulation runs: etcd's defaults, plus HTTP/2 keep-alive towards etcd so that a
+/// partitioned member is noticed (the production flag `--dial-keepalive-time`).
+pub fn proxy_config(seed: u64, members: usize) -> proxy::Config {
+    let endpoints = (0..members)
+        .map(|m| proxy::Endpoint::parse(&topology::member_authority(m)).expect("valid endpoint"))
+        .collect();
+    let mut config = proxy::Config::new(endpoints, topology::listen_addr(PROXY_PORT), seed);
+    config.dial_timeout = Duration::from_secs(1);
+    config.upstream_keepalive.interval = Some(Duration::from_millis(500));
+    config.upstream_keepalive.timeout = Duration::from_millis(500);
+    config.upstream_keepalive.while_idle = true;
+    config.shutdown_grace = Duration::from_secs(2);
+    config
+}
+
+impl<'a> World<'a> {
+    pub fn new(settings: Settings) -> Self {
+        let sim = turmoil::Builder::new()
+            .rng_seed(settings.seed)
+            .simulation_duration(settings.limit + SHUTDOWN_LIMIT + Duration::from_secs(1))
+            .min_message_latency(Duration::from_micros(100))
+            .max_message_latency(fault::DEFAULT_JITTER)
+            .tcp_capacity(4096)
+            .build();
+        let cluster = Cluster::new(settings.members, settings.seed);
+        let (stop_proxy, _) = watch::channel(false);
+        let mut world = Self {
+            sim,
+            cluster,
+            trace: Trace::default(),
+            plan: FaultPlan::generate(settings.seed, &settings.faults),
+            settings,
+            stop_proxy,
+            proxy_exits: Arc::default(),
+        };
+        for member in 0..world.settings.members {
+            world.add_member(member);
+        }
+        world.add_proxy();
+        world
+    }
+
+    fn add_member(&mut self, member: usize) {
+        let cluster = self.cluster.clone();
+        self.sim.host(member_host(member), move || {
+            let cluster = cluster.clone();
+            async move {
+                let listener = TurmoilNet.bind(topology::listen_addr(MEMBER_PORT)).await?;
+                model::serve(cluster, member, listener, std::future::pending()).await?;
+                Ok(())
+            }
+        });
+    }
+
+    fn add_proxy(&mut self) {
+        let config = proxy_config(self.settings.seed, self.settings.members);
+        let stop = self.stop_proxy.subscribe();
+        let exits = self.proxy_exits.clone();
+        self.sim.host(PROXY_HOST, move || {
+            let config = config.clone();
+            let mut stop = stop.clone();
+            let exits = exits.clone();
+            async move {
+                let shutdown = async move {
+                    let _ = stop.wait_for(|stopped| *stopped).await;
+                };
+                let result = proxy::run(config, Arc::new(TurmoilNet), shutdown).await;
+                // Give finished tasks a moment to be reaped before counting what is still alive.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let tasks_left = tokio::runtime::Handle::current()
+                    .metrics()
+                    .num_alive_tasks();
+                exits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(ProxyExit {
+                        result: result.map_err(|e| e.to_string()),
+                        tasks_left,
+                    });
+                Ok(())
+            }
+        });
+    }
+
+    /// Adds a client host running `body` (a scenario's workload).
+    pub fn client<F>(&mut self, name: &str, body: F)
+    where
+        F: std::future::Future<Output = turmoil::Result> + 'static,
+    {
+        self.sim.client(name, body);
+    }
+
+    /// Runs until every client finished, then shuts the proxy down.
+    pub fn run(mut self) -> Finished {
+        let sim_error = self.drive().err();
+        Finished {
+            cluster: self.cluster.clone(),
+            trace: self.trace.clone(),
+            proxy_exits: self
+                .proxy_exits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            elapsed: self.sim.elapsed(),
+            sim_error,
+        }
+    }
+
+    fn drive(&mut self) -> Result<(), String> {
+        loop {
+            let now = self.sim.elapsed();
+            for scheduled in self.plan.take_due(now) {
+                let line = fault::apply(&mut self.sim, &scheduled.fault);
+                if matches!(scheduled.fault, Fault::Restart(_)) {
+                    // A member that comes back is a leader election away from serving: a new term.
+                    self.cluster.bump_term();
+                }
+                self.trace.record_at(now, line);
+            }
+            if self.sim.step().map_err(|e| e.to_string())? {
+                break;
+            }
+        }
+        self.trace
+            .record_at(self.sim.elapsed(), "clients done; stopping the proxy");
+        let _ = self.stop_proxy.send(true);
+        let deadline = self.sim.elapsed() + SHUTDOWN_LIMIT;
+        while self
+            .proxy_exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            if self.sim.elapsed() >= deadline {
+                return Err(format!(
+                    "the proxy did not stop within {SHUTDOWN_LIMIT:?} of its shutdown signal"
+                ));
+            }
+            self.sim.step().map_err(|e| e.to_string())?;
+        }
+        self.trace.record_at(self.sim.elapsed(), "proxy stopped");
+        Ok(())
+    }
+}
