@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what the tests need, idempotently: etcd 3.4.23 (server and etcdctl, from Debian), protoc (the
-# etcd-client crate's build script calls it) and curl. Safe to run again; installs only what is missing.
+# Installs what the tests need, idempotently: etcd 3.4.23 (server and etcdctl, from Debian), protoc and the
+# well-known .proto files (the etcd-client crate's build script needs both) and curl. Safe to run again; installs only what is missing.
 set -euo pipefail
 
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -179,8 +179,13 @@ impl Upstream {
     async fn probe(self: Arc<Self>, index: usize) {
         let member = &self.members[index];
         let mut backoff = PROBE_BACKOFF_START;
+        let mut shutdown = self.shutdown.clone();
         loop {
-            tokio::time::sleep(backoff).await;
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                // A probe must not outlive the proxy.
+                _ = shutdown.wait_for(|down| *down) => return,
+            }
             let mut client = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
                 member.channel.clone(),
             );
