@@ -1,1 +1,24 @@
-//! Conformance suite: etcdctl scenarios replayed on real etcd and through the proxy. Skeleton until its issue lands.
+//! Conformance suite: etcdctl scenarios (`testdata/conformance/<area>/<name>.scn`) replayed against real etcd
+//! and against the proxy, requiring the same normalised answers; `cargo test -p conformance` runs it.
+//!
+//! Data flows: [`scenario`] parses a `.scn` file → [`runner`] plays it on one target through [`etcdctl`],
+//! normalising every output with [`normalize`] → the suite (`tests/conformance.rs`) compares the targets'
+//! transcripts, checks `direct` against its insta snapshot, and prints the [`report`].
+//!
+//! - [`backend`]: where etcd comes from: a process (3.4.23 and 3.5.1) or a testcontainers container (3.5.1).
+//! - [`target`]: `direct`, `proxy` (the proxy in this process, through `TokioNet`), `model` (the sim's etcd).
+//! - [`suite`]: one etcd per backend and version shared by scenarios under their own key prefixes, a fresh
+//!   etcd for scenarios that change cluster-wide state; results per target, backend and version.
+//! - [`differences`]: the scenarios where the proxy answers differently from etcd by design, with reasons.
+//! - [`ports`]: free loopback ports (the only socket code here).
+
+pub mod backend;
+pub mod differences;
+pub mod etcdctl;
+pub mod normalize;
+pub mod ports;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod suite;
+pub mod target;

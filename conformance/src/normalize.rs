@@ -1,0 +1,328 @@
+//! Makes etcdctl output comparable across targets, runs and machines.
+//!
+//! Every scenario runs under its own key prefix on an etcd that other scenarios use too, so the normaliser
+//! - writes the prefix as `<P>` and the scratch directory as `<DIR>`;
+//! - writes revisions relative to the revision seen when the scenario started: `<REV+3>` (0 stays 0);
+//! - replaces cluster, member and lease IDs by `<ID1>`, `<ID2>`, ... in order of first appearance (the hex form
+//!   in text and the decimal form in JSON of one ID get the same placeholder), so "the same lease as before"
+//!   stays checkable;
+//! - redacts what differs by nature: ports, raft terms and indexes, database sizes, hashes, timings, and the
+//!   remaining TTL of a lease;
+//! - decodes the base64 keys and values of `-w json` output, so snapshots are readable;
+//! - drops the client library's JSON log lines from stderr.
+//!
+//! [`Normalizer::resolve`] does the reverse for arguments: `<P>`, `<DIR>`, `<REV+n>` and `<IDn>` become this
+//! target's real prefix, directory, revision and ID.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use base64::Engine as _;
+use regex::{Captures, Regex};
+use serde_json::Value;
+
+fn re(pattern: &str) -> Regex {
+    Regex::new(pattern).unwrap_or_else(|e| panic!("bad regex {pattern:?}: {e}"))
+}
+
+static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| re(r"<(ID(\d+)|REV([+-]\d+))>"));
+static PORT: LazyLock<Regex> = LazyLock::new(|| re(r"(127\.0\.0\.1|localhost|0\.0\.0\.0):\d+"));
+static HEX_ID: LazyLock<Regex> = LazyLock::new(|| re(r"\b[0-9a-f]{12,16}\b"));
+static TOOK: LazyLock<Regex> = LazyLock::new(|| re(r"took = [0-9.]+[a-zµ]+"));
+static REMAINING: LazyLock<Regex> = LazyLock::new(|| re(r"remaining\(-?\d+s\)"));
+static SIZE: LazyLock<Regex> = LazyLock::new(|| re(r"\b\d+(\.\d+)? (B|kB|MB|GB|TB)\b"));
+static COMPACTED: LazyLock<Regex> = LazyLock::new(|| re(r"compacted revision (\d+)"));
+static FIELD_REV: LazyLock<Regex> =
+    LazyLock::new(|| re(r#""(Revision|CreateRevision|ModRevision|CompactRevision)" : (\d+)"#));
+static FIELD_ID: LazyLock<Regex> =
+    LazyLock::new(|| re(r#""(ClusterID|MemberID|Lease|ID)" : (\d+)"#));
+static FIELD_TERM: LazyLock<Regex> = LazyLock::new(|| re(r#""(RaftTerm)" : \d+"#));
+static DURATION: LazyLock<Regex> = LazyLock::new(|| re(r"\b\d+(\.\d+)?(ns|µs|us|ms|s)\b"));
+
+/// JSON fields holding cluster, member or lease IDs.
+const ID_FIELDS: &[&str] = &[
+    "cluster_id",
+    "member_id",
+    "ID",
+    "id",
+    "lease",
+    "leader",
+    "ClusterID",
+    "MemberID",
+];
+/// JSON fields whose values differ by nature between etcds.
+const REDACTED_FIELDS: &[&str] = &[
+    "raft_term",
+    "raftTerm",
+    "raftIndex",
+    "raftAppliedIndex",
+    "dbSize",
+    "dbSizeInUse",
+    "hash",
+    "totalSize",
+    "took",
+];
+
+/// The normaliser of one scenario run on one target.
+pub struct Normalizer {
+    prefix: String,
+    dir: String,
+    base_revision: i64,
+    ids: BTreeMap<u64, usize>,
+    values: Vec<u64>,
+}
+
+impl Normalizer {
+    pub fn new(prefix: impl Into<String>, dir: impl Into<String>, base_revision: i64) -> Self {
+        Self {
+            prefix: prefix.into(),
+            dir: dir.into(),
+            base_revision,
+            ids: BTreeMap::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Arguments and stdin of a step, made this target's own.
+    pub fn resolve(&self, text: &str) -> Result<String, String> {
+        let mut missing = None;
+        let out = PLACEHOLDER.replace_all(text, |c: &Captures<'_>| {
+            if let Some(n) = c.get(2) {
+                let n: usize = n.as_str().parse().unwrap_or(0);
+                match self.values.get(n.wrapping_sub(1)) {
+                    Some(v) => format!("{v:x}"),
+                    None => {
+                        missing = Some(format!("<ID{n}> has not appeared in any output yet"));
+                        String::new()
+                    }
+                }
+            } else {
+                let delta: i64 = c[3].parse().unwrap_or(0);
+                (self.base_revision + delta).to_string()
+            }
+        });
+        if let Some(m) = missing {
+            return Err(m);
+        }
+        Ok(out.replace("<P>", &self.prefix).replace("<DIR>", &self.dir))
+    }
+
+    fn id(&mut self, value: u64) -> String {
+        if value == 0 {
+            return "0".to_string();
+        }
+        let next = self.values.len() + 1;
+        let n = *self.ids.entry(value).or_insert(next);
+        if n == next {
+            self.values.push(value);
+        }
+        format!("<ID{n}>")
+    }
+
+    fn revision(&self, value: i64) -> String {
+        if value == 0 {
+            return "0".to_string();
+        }
+        let delta = value - self.base_revision;
+        if delta >= 0 {
+            format!("<REV+{delta}>")
+        } else {
+            format!("<REV{delta}>")
+        }
+    }
+
+    /// Normalises a stdout: JSON lines structurally, other lines as text.
+    pub fn stdout(&mut self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            let (body, end) = match line.strip_suffix('\n') {
+                Some(b) => (b, "\n"),
+                None => (line, ""),
+            };
+            let trimmed = body.trim_start();
+            let json = trimmed
+                .starts_with('{')
+                .then(|| serde_json::from_str::<Value>(trimmed).ok())
+                .flatten();
+            match json {
+                Some(mut v) => {
+                    self.json(None, &mut v);
+                    out.push_str(&serde_json::to_string(&v).unwrap_or_default());
+                }
+                None => out.push_str(&self.text(body)),
+            }
+            out.push_str(end);
+        }
+        out
+    }
+
+    /// Normalises a stderr: the client library's log lines (timestamps, retries) are dropped.
+    pub fn stderr(&mut self, text: &str) -> String {
+        let kept: String = text
+            .split_inclusive('\n')
+            .filter(|l| !l.trim_start().starts_with("{\"level\":"))
+            .collect();
+        self.stdout(&kept)
+    }
+
+    fn text(&mut self, line: &str) -> String {
+        // `get --hex` prints keys as `\x2f\x63...`: the prefix appears in that form too.
+        let hex_prefix: String = self.prefix.bytes().map(|b| format!("\\x{b:02x}")).collect();
+        let s = line
+            .replace(&self.dir, "<DIR>")
+            .replace(&self.prefix, "<P>")
+            .replace(&hex_prefix, "<P>");
+        let s = PORT.replace_all(&s, "$1:<PORT>").into_owned();
+        let s = HEX_ID
+            .replace_all(&s, |c: &Captures<'_>| {
+                match u64::from_str_radix(&c[0], 16) {
+                    Ok(v) => self.id(v),
+                    Err(_) => c[0].to_string(),
+                }
+            })
+            .into_owned();
+        let s = COMPACTED
+            .replace_all(&s, |c: &Captures<'_>| {
+                format!(
+                    "compacted revision {}",
+                    self.revision(c[1].parse().unwrap_or(0))
+                )
+            })
+            .into_owned();
+        let s = FIELD_REV
+            .replace_all(&s, |c: &Captures<'_>| {
+                format!(
+                    "\"{}\" : {}",
+                    &c[1],
+                    self.revision(c[2].parse().unwrap_or(0))
+                )
+            })
+            .into_owned();
+        let s = FIELD_ID
+            .replace_all(&s, |c: &Captures<'_>| {
+                format!("\"{}\" : {}", &c[1], self.id(c[2].parse().unwrap_or(0)))
+            })
+            .into_owned();
+        let s = FIELD_TERM.replace_all(&s, "\"$1\" : <N>");
+        let s = TOOK.replace_all(&s, "took = <DURATION>");
+        let s = REMAINING.replace_all(&s, "remaining(<N>s)");
+        let s = SIZE.replace_all(&s, "<SIZE>");
+        s.into_owned()
+    }
+
+    fn json(&mut self, field: Option<&str>, v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                let remaining_ttl =
+                    map.contains_key("granted-ttl") || map.contains_key("grantedTTL");
+                for (k, child) in map.iter_mut() {
+                    if remaining_ttl && (k == "ttl" || k == "TTL") {
+                        *child = Value::String("<N>".into());
+                    } else {
+                        self.json(Some(k), child);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    self.json(field, item);
+                }
+            }
+            Value::Number(n) => {
+                let Some(field) = field else { return };
+                if ID_FIELDS.contains(&field) {
+                    if let Some(u) = n.as_u64() {
+                        *v = Value::String(self.id(u));
+                    }
+                } else if REDACTED_FIELDS.contains(&field) {
+                    *v = Value::String("<N>".into());
+                } else if field.to_ascii_lowercase().ends_with("revision")
+                    && let Some(r) = n.as_i64()
+                {
+                    *v = Value::String(self.revision(r));
+                }
+            }
+            Value::String(s) => {
+                if field.is_some_and(|f| REDACTED_FIELDS.contains(&f)) {
+                    *v = Value::String("<N>".into());
+                    return;
+                }
+                let decoded = match field {
+                    Some("key" | "value" | "keys" | "range_end" | "prev_value") => {
+                        base64::engine::general_purpose::STANDARD
+                            .decode(s.as_bytes())
+                            .ok()
+                            .and_then(|b| String::from_utf8(b).ok())
+                    }
+                    _ => None,
+                };
+                let text = decoded.unwrap_or_else(|| s.clone());
+                let mut t = self.text(&text);
+                if field == Some("took") {
+                    t = DURATION.replace_all(&t, "<DURATION>").into_owned();
+                }
+                *v = Value::String(t);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_become_relative_to_the_start_of_the_scenario() {
+        let mut n = Normalizer::new("/cf/x/", "/tmp/d", 100);
+        let out = n.stdout(
+            r#"{"header":{"cluster_id":7,"member_id":9,"revision":103,"raft_term":2},"kvs":[{"key":"L2NmL3gvYQ==","create_revision":101,"mod_revision":103,"version":3,"value":"MQ=="}],"count":1}
+"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"count":1,"header":{"cluster_id":"<ID1>","member_id":"<ID2>","raft_term":"<N>","revision":"<REV+3>"},"kvs":[{"create_revision":"<REV+1>","key":"<P>a","mod_revision":"<REV+3>","value":"1","version":3}]}
+"#
+        );
+        assert_eq!(
+            n.resolve("--rev=<REV+2> <P>a").unwrap(),
+            "--rev=102 /cf/x/a"
+        );
+    }
+
+    #[test]
+    fn one_id_in_hex_and_in_decimal_gets_one_placeholder() {
+        let mut n = Normalizer::new("/p/", "/d", 1);
+        let id: u64 = 0x694d_7a5c_3e2f_1a0b;
+        let text = n.stdout(&format!("lease {id:x} granted with TTL(60s)\n"));
+        let json = n.stdout(&format!("{{\"ID\":{id},\"TTL\":60}}\n"));
+        assert_eq!(text, "lease <ID1> granted with TTL(60s)\n");
+        assert_eq!(json, "{\"ID\":\"<ID1>\",\"TTL\":60}\n");
+        assert_eq!(
+            n.resolve("lease revoke <ID1>").unwrap(),
+            format!("lease revoke {id:x}")
+        );
+        assert!(n.resolve("<ID2>").is_err());
+    }
+
+    #[test]
+    fn remaining_ttl_timings_ports_and_client_logs_are_redacted() {
+        let mut n = Normalizer::new("/p/", "/d", 1);
+        assert_eq!(
+            n.stdout("lease 1234567890abcdef granted with TTL(60s), remaining(59s)\n"),
+            "lease <ID1> granted with TTL(60s), remaining(<N>s)\n"
+        );
+        assert_eq!(
+            n.stdout("127.0.0.1:2379 is healthy: successfully committed proposal: took = 1.2ms\n"),
+            "127.0.0.1:<PORT> is healthy: successfully committed proposal: took = <DURATION>\n"
+        );
+        assert_eq!(
+            n.stdout(r#"{"id":1,"ttl":59,"granted-ttl":60,"keys":["L3Avaw=="]}"#),
+            r#"{"granted-ttl":60,"id":"<ID2>","keys":["<P>k"],"ttl":"<N>"}"#
+        );
+        assert_eq!(
+            n.stderr("{\"level\":\"warn\",\"ts\":\"x\"}\nError: etcdserver: key is not provided\n"),
+            "Error: etcdserver: key is not provided\n"
+        );
+    }
+}

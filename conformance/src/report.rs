@@ -1,0 +1,103 @@
+//! Outcomes per scenario, target, backend and version, and the table `cargo test -p conformance` prints.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::backend::Kind;
+use crate::target::TargetKind;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Passed,
+    Failed(String),
+    Skipped(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub scenario: String,
+    pub target: TargetKind,
+    pub backend: Kind,
+    pub version: &'static str,
+    pub status: Status,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+/// The summary table, then every failure and every distinct skip reason.
+pub fn render(outcomes: &[Outcome]) -> String {
+    let mut rows: BTreeMap<(TargetKind, Kind, &'static str), Counts> = BTreeMap::new();
+    for o in outcomes {
+        let c = rows.entry((o.target, o.backend, o.version)).or_default();
+        match o.status {
+            Status::Passed => c.passed += 1,
+            Status::Failed(_) => c.failed += 1,
+            Status::Skipped(_) => c.skipped += 1,
+        }
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "\nconformance report");
+    let _ = writeln!(
+        s,
+        "| target | backend        | etcd   | passed | failed | skipped |"
+    );
+    let _ = writeln!(
+        s,
+        "|--------|----------------|--------|--------|--------|---------|"
+    );
+    for ((target, backend, version), c) in &rows {
+        let _ = writeln!(
+            s,
+            "| {:<6} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
+            target.to_string(),
+            backend.to_string(),
+            version,
+            c.passed,
+            c.failed,
+            c.skipped
+        );
+    }
+    let mut skips: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in outcomes {
+        if let Status::Skipped(reason) = &o.status {
+            skips
+                .entry(format!(
+                    "{} on {} etcd {}: {reason}",
+                    o.target, o.backend, o.version
+                ))
+                .or_default()
+                .push(o.scenario.clone());
+        }
+    }
+    for (reason, scenarios) in &skips {
+        let _ = writeln!(s, "skipped: {reason} [{}]", scenarios.join(", "));
+    }
+    for o in outcomes {
+        if let Status::Failed(why) = &o.status {
+            let _ = writeln!(
+                s,
+                "\nFAILED {} on {} ({} etcd {}):\n{why}",
+                o.scenario, o.target, o.backend, o.version
+            );
+        }
+    }
+    s
+}
+
+/// The closing line CI reads: `N passed, N failed, N skipped`.
+pub fn totals(outcomes: &[Outcome]) -> (usize, usize, usize) {
+    let mut t = (0, 0, 0);
+    for o in outcomes {
+        match o.status {
+            Status::Passed => t.0 += 1,
+            Status::Failed(_) => t.1 += 1,
+            Status::Skipped(_) => t.2 += 1,
+        }
+    }
+    t
+}

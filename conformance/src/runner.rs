@@ -1,0 +1,184 @@
+//! Runs one scenario against one target and returns its normalised transcript.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::etcdctl::{Background, Etcdctl, Output};
+use crate::normalize::Normalizer;
+use crate::scenario::{Finish, Scenario, Step};
+
+/// How long a sync point (`wait`, `until`) may take.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What one recorded step showed, normalised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Record {
+    /// The step as written in the scenario (with its heredoc), one line per item.
+    pub step: Vec<String>,
+    /// The exit code; absent for a background command killed on purpose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<i32>,
+    /// Normalised output, one line per item (readable in snapshots).
+    pub stdout: Vec<String>,
+    pub stderr: Vec<String>,
+}
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines().map(str::to_string).collect()
+}
+
+/// Everything a scenario showed on one target.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Transcript {
+    pub scenario: String,
+    pub records: Vec<Record>,
+}
+
+/// Where a scenario runs: an etcdctl for the target's endpoint, its key prefix and scratch directory.
+pub struct Place {
+    pub ctl: Etcdctl,
+    pub prefix: String,
+    pub dir: String,
+}
+
+/// The current revision, read through the target itself.
+pub async fn current_revision(ctl: &Etcdctl, prefix: &str) -> Result<i64, String> {
+    let args = ["get", prefix, "-w", "json"].map(String::from);
+    let out = ctl.run(&args, None).await;
+    if out.code != Some(0) {
+        return Err(format!(
+            "reading the current revision failed: {}{}",
+            out.stdout, out.stderr
+        ));
+    }
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .map_err(|e| format!("reading the current revision: {e}: {}", out.stdout))?;
+    v["header"]["revision"]
+        .as_i64()
+        .ok_or_else(|| format!("no header.revision in {}", out.stdout))
+}
+
+fn resolve_all(norm: &Normalizer, args: &[String]) -> Result<Vec<String>, String> {
+    args.iter().map(|a| norm.resolve(a)).collect()
+}
+
+fn keep_lines(s: &str, n: usize) -> String {
+    s.split_inclusive('\n').take(n).collect()
+}
+
+/// Runs `scenario` at `place`. An `Err` means the scenario could not be carried out (a sync point timed out,
+/// a placeholder was unknown); differing output is not an error here but a different transcript.
+pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, String> {
+    let base = current_revision(&place.ctl, &place.prefix).await?;
+    let mut norm = Normalizer::new(place.prefix.clone(), place.dir.clone(), base);
+    let mut bg: BTreeMap<String, Background> = BTreeMap::new();
+    let mut records = Vec::new();
+    for line in &scenario.lines {
+        let at = |m: String| format!("{}:{}: {m}", scenario.path.display(), line.number);
+        match &line.step {
+            Step::Ctl { args, stdin } => {
+                let args = resolve_all(&norm, args).map_err(at)?;
+                let stdin = stdin
+                    .as_deref()
+                    .map(|s| norm.resolve(s))
+                    .transpose()
+                    .map_err(at)?;
+                let out = place.ctl.run(&args, stdin.as_deref()).await;
+                records.push(record(&mut norm, &line.source, &out, None));
+            }
+            Step::Spawn { name, args } => {
+                let args = resolve_all(&norm, args).map_err(at)?;
+                let child = place.ctl.spawn(&args).map_err(at)?;
+                bg.insert(name.clone(), child);
+            }
+            Step::WaitLines { name, lines } => {
+                let child = bg
+                    .get_mut(name)
+                    .ok_or_else(|| at(format!("no background {name}")))?;
+                let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+                while child.stdout().lines().count() < *lines {
+                    if tokio::time::Instant::now() >= deadline || child.has_exited() {
+                        return Err(at(format!(
+                            "{name} printed {} of {lines} lines (exited: {}); stdout:\n{}\nstderr:\n{}",
+                            child.stdout().lines().count(),
+                            child.has_exited(),
+                            child.stdout(),
+                            child.stderr()
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            Step::Send { name, line: text } => {
+                let text = norm.resolve(text).map_err(at)?;
+                let child = bg
+                    .get_mut(name)
+                    .ok_or_else(|| at(format!("no background {name}")))?;
+                child.write_stdin(&format!("{text}\n")).await.map_err(at)?;
+            }
+            Step::Finish { name, how } => {
+                let child = bg
+                    .remove(name)
+                    .ok_or_else(|| at(format!("no background {name}")))?;
+                let (out, keep) = match how {
+                    Finish::Terminate => (child.terminate().await, None),
+                    Finish::Exit => (child.wait_exit().await, None),
+                    Finish::KillKeepLines(n) => (child.kill().await, Some(*n)),
+                };
+                records.push(record(&mut norm, &line.source, &out, keep));
+            }
+            Step::Until {
+                text,
+                present,
+                args,
+            } => {
+                let args = resolve_all(&norm, args).map_err(at)?;
+                let text = norm.resolve(text).map_err(at)?;
+                let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+                loop {
+                    let out = place.ctl.run(&args, None).await;
+                    if out.code == Some(0) && out.stdout.contains(&text) == *present {
+                        break;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(at(format!(
+                            "condition not met within {SYNC_TIMEOUT:?}; last: {out:?}"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    if let Some(name) = bg.keys().next() {
+        return Err(format!(
+            "{}: background {name} was never stopped (end it with stop/exit/kill)",
+            scenario.path.display()
+        ));
+    }
+    Ok(Transcript {
+        scenario: scenario.id.clone(),
+        records,
+    })
+}
+
+fn record(norm: &mut Normalizer, source: &str, out: &Output, keep: Option<usize>) -> Record {
+    match keep {
+        None => Record {
+            step: lines(source),
+            exit: out.code,
+            stdout: lines(&norm.stdout(&out.stdout)),
+            stderr: lines(&norm.stderr(&out.stderr)),
+        },
+        // A command killed on purpose: its exit code and stderr mean nothing, and it may have printed a
+        // varying number of periodic lines.
+        Some(n) => Record {
+            step: lines(source),
+            exit: None,
+            stdout: lines(&norm.stdout(&keep_lines(&out.stdout, n))),
+            stderr: Vec::new(),
+        },
+    }
+}

@@ -1,0 +1,277 @@
+//! The whole run for one backend and version: one shared etcd (and one proxy in front of it) for the scenarios
+//! that stay under their own key prefix, a fresh etcd per target for the scenarios that change cluster-wide
+//! state (`@own-etcd`); `direct` is checked against its insta snapshot, `proxy` (and `model`) against `direct`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::backend::{Etcd, Spec};
+use crate::report::{Outcome, Status};
+use crate::runner::{self, Place, Transcript};
+use crate::scenario::Scenario;
+use crate::target::{self, TargetKind};
+
+/// What a group needs besides its scenarios.
+pub struct Context {
+    /// `testdata/conformance/snapshots`: one folder per etcd version.
+    pub snapshots: PathBuf,
+    /// Scenario id → why the proxy differs there by design.
+    pub differences: BTreeMap<String, String>,
+}
+
+/// The key prefix of a scenario on a target: targets share an etcd, so each gets its own.
+fn prefix(scenario: &Scenario, target: TargetKind) -> String {
+    format!("/cf/{target}/{}/", scenario.id)
+}
+
+/// Runs every scenario on `spec` (both lanes concurrently) and returns one outcome per scenario and target.
+pub async fn run_group(spec: &Spec, scenarios: &[Scenario], ctx: &Context) -> Vec<Outcome> {
+    let (shared, own): (Vec<&Scenario>, Vec<&Scenario>) =
+        scenarios.iter().partition(|s| !s.own_etcd);
+    let (mut a, b) = tokio::join!(shared_lane(spec, &shared, ctx), own_lane(spec, &own, ctx));
+    a.extend(b);
+    a
+}
+
+async fn shared_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    let etcd = match Etcd::start(spec).await {
+        Ok(e) => e,
+        Err(e) => return all_failed(spec, scenarios, &format!("starting etcd: {e}")),
+    };
+    let proxy = match target::start_proxy(&etcd.endpoint()).await {
+        Ok(p) => p,
+        Err(e) => {
+            etcd.stop().await;
+            return all_failed(spec, scenarios, &format!("starting the proxy: {e}"));
+        }
+    };
+    let scratch = match crate::backend::process::temp_dir("conformance-scratch-") {
+        Ok(d) => d,
+        Err(e) => return all_failed(spec, scenarios, &e),
+    };
+    for sc in scenarios {
+        let dir = scratch.path().join(sc.snapshot_name());
+        let _ = std::fs::create_dir_all(dir.join("direct"));
+        let _ = std::fs::create_dir_all(dir.join("proxy"));
+        let direct = Place {
+            ctl: spec.version.etcdctl(&etcd.endpoint()),
+            prefix: prefix(sc, TargetKind::Direct),
+            dir: dir.join("direct").display().to_string(),
+        };
+        let through = Place {
+            ctl: spec.version.etcdctl(&proxy.addr()),
+            prefix: prefix(sc, TargetKind::Proxy),
+            dir: dir.join("proxy").display().to_string(),
+        };
+        let d = runner::run(sc, &direct).await;
+        let p = runner::run(sc, &through).await;
+        outcomes.extend(judge(spec, sc, ctx, d, p));
+    }
+    proxy.stop().await;
+    etcd.stop().await;
+    outcomes
+}
+
+async fn own_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for sc in scenarios {
+        let scratch = match crate::backend::process::temp_dir("conformance-scratch-") {
+            Ok(d) => d,
+            Err(e) => {
+                outcomes.extend(all_failed(spec, &[sc], &e));
+                continue;
+            }
+        };
+        let dir = scratch.path().display().to_string();
+        let (d, p) = tokio::join!(
+            run_on_fresh_etcd(spec, sc, false, format!("{dir}/direct")),
+            run_on_fresh_etcd(spec, sc, true, format!("{dir}/proxy"))
+        );
+        outcomes.extend(judge(spec, sc, ctx, d, p));
+    }
+    outcomes
+}
+
+async fn run_on_fresh_etcd(
+    spec: &Spec,
+    sc: &Scenario,
+    through_proxy: bool,
+    dir: String,
+) -> Result<Transcript, String> {
+    let _ = std::fs::create_dir_all(&dir);
+    let etcd = Etcd::start(spec)
+        .await
+        .map_err(|e| format!("starting etcd: {e}"))?;
+    let proxy = if through_proxy {
+        match target::start_proxy(&etcd.endpoint()).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                etcd.stop().await;
+                return Err(format!("starting the proxy: {e}"));
+            }
+        }
+    } else {
+        None
+    };
+    let endpoint = proxy.as_ref().map(|p| p.addr()).unwrap_or(etcd.endpoint());
+    let target = if through_proxy {
+        TargetKind::Proxy
+    } else {
+        TargetKind::Direct
+    };
+    let place = Place {
+        ctl: spec.version.etcdctl(&endpoint),
+        prefix: prefix(sc, target),
+        dir,
+    };
+    let result = runner::run(sc, &place).await;
+    let result = match result {
+        Err(e) => Err(format!("{e}\netcd log tail:\n{}", etcd.log_tail().await)),
+        ok => ok,
+    };
+    if let Some(p) = proxy {
+        p.stop().await;
+    }
+    etcd.stop().await;
+    result
+}
+
+fn outcome(spec: &Spec, sc: &Scenario, target: TargetKind, status: Status) -> Outcome {
+    Outcome {
+        scenario: sc.id.clone(),
+        target,
+        backend: spec.kind,
+        version: spec.version.name,
+        status,
+    }
+}
+
+fn all_failed(spec: &Spec, scenarios: &[&Scenario], why: &str) -> Vec<Outcome> {
+    scenarios
+        .iter()
+        .flat_map(|sc| {
+            [TargetKind::Direct, TargetKind::Proxy]
+                .map(|t| outcome(spec, sc, t, Status::Failed(why.to_string())))
+        })
+        .collect()
+}
+
+/// direct vs its snapshot; proxy vs direct (or vs the differences file).
+fn judge(
+    spec: &Spec,
+    sc: &Scenario,
+    ctx: &Context,
+    direct: Result<Transcript, String>,
+    proxy: Result<Transcript, String>,
+) -> Vec<Outcome> {
+    let direct_status = match &direct {
+        Err(e) => Status::Failed(format!("could not be carried out on direct: {e}")),
+        Ok(t) => match check_snapshot(&ctx.snapshots, spec.version.name, sc, t) {
+            Ok(()) => Status::Passed,
+            Err(e) => Status::Failed(e),
+        },
+    };
+    let proxy_status = match (&direct, &proxy) {
+        (_, Err(e)) => Status::Failed(format!("could not be carried out through the proxy: {e}")),
+        (Err(_), Ok(_)) => {
+            Status::Failed("direct failed, so there is nothing to compare with".into())
+        }
+        (Ok(d), Ok(p)) => {
+            let listed = ctx.differences.get(&sc.id);
+            match (d == p, listed) {
+                (true, None) => Status::Passed,
+                (false, None) => Status::Failed(format!(
+                    "the proxy's answers differ from etcd's (- direct, + proxy):\n{}",
+                    transcript_diff(d, p)
+                )),
+                (false, Some(reason)) => Status::Skipped(format!("listed difference: {reason}")),
+                (true, Some(_)) => Status::Failed(
+                    "listed in differences.txt but the proxy answers like etcd: remove the stale entry".into(),
+                ),
+            }
+        }
+    };
+    vec![
+        outcome(spec, sc, TargetKind::Direct, direct_status),
+        outcome(spec, sc, TargetKind::Proxy, proxy_status),
+    ]
+}
+
+/// Checks `direct`'s transcript against `snapshots/etcd-<version>/<area>__<name>.snap` with insta. A missing or
+/// different snapshot fails (insta writes a `.snap.new` to review; `INSTA_UPDATE=always` records instead).
+fn check_snapshot(
+    snapshots: &Path,
+    version: &str,
+    sc: &Scenario,
+    t: &Transcript,
+) -> Result<(), String> {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(snapshots.join(format!("etcd-{version}")));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_omit_expression(true);
+    settings.set_input_file(&sc.path);
+    settings.set_description(sc.description.clone());
+
+    let name = sc.snapshot_name();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        settings.bind(|| insta::assert_yaml_snapshot!(name.as_str(), t));
+    }));
+    result.map_err(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("direct differs from its snapshot (etcd {version}): {msg}")
+    })
+}
+
+fn render(t: &Transcript) -> String {
+    let mut s = String::new();
+    for r in &t.records {
+        let _ = writeln!(s, "step: {}", r.step.join("\n      "));
+        let _ = writeln!(s, "exit: {:?}", r.exit);
+        for l in &r.stdout {
+            let _ = writeln!(s, "out | {l}");
+        }
+        for l in &r.stderr {
+            let _ = writeln!(s, "err | {l}");
+        }
+    }
+    s
+}
+
+/// A line diff of two transcripts (only the changed lines and their neighbours are worth reading).
+pub fn transcript_diff(a: &Transcript, b: &Transcript) -> String {
+    let (ra, rb) = (render(a), render(b));
+    let a: Vec<&str> = ra.lines().collect();
+    let b: Vec<&str> = rb.lines().collect();
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut out = String::new();
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            let _ = writeln!(out, "    {}", a[i]);
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            let _ = writeln!(out, "  + {}", b[j]);
+            j += 1;
+        } else {
+            let _ = writeln!(out, "  - {}", a[i]);
+            i += 1;
+        }
+    }
+    out
+}

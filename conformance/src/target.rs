@@ -1,0 +1,115 @@
+//! The three things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy, in this
+//! process, bound through `proxy::net::TokioNet` on a free loopback port, in front of that etcd) and `model`
+//! (the simulation's model etcd served over loopback TCP).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TargetKind {
+    Direct,
+    Proxy,
+    Model,
+}
+
+impl fmt::Display for TargetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TargetKind::Direct => "direct",
+            TargetKind::Proxy => "proxy",
+            TargetKind::Model => "model",
+        })
+    }
+}
+
+/// A server task of this process (the proxy or the model) with a shutdown signal. Dropping it signals
+/// shutdown; [`Served::stop`] also waits for the task to end.
+pub struct Served {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Served {
+    pub fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(15), task).await;
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Starts the proxy in front of `etcd_endpoint` on a free loopback port, on a thread of its own with its own
+/// runtime (its `serve` future is not `Send`, and a runtime of its own keeps it apart from etcdctl plumbing).
+pub async fn start_proxy(etcd_endpoint: &str) -> Result<Served, String> {
+    let endpoint = proxy::Endpoint::parse(etcd_endpoint)?;
+    let listen: SocketAddr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
+    // A fixed seed: with one endpoint the choice is moot, and a fixed seed keeps runs reproducible.
+    let config = proxy::Config::new(vec![endpoint], listen, 4);
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = oneshot::channel::<Result<SocketAddr, String>>();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("conformance-proxy".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = addr_tx.send(Err(format!("proxy runtime: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let bound =
+                    match proxy::BoundProxy::bind(config, Arc::new(proxy::net::TokioNet)).await {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let _ = addr_tx.send(Err(format!("bind the proxy: {e}")));
+                            return;
+                        }
+                    };
+                let addr = bound.local_addr();
+                let _ = addr_tx.send(Ok(addr));
+                let shutdown = async {
+                    let _ = stop_rx.await;
+                };
+                if let Err(e) = bound.serve(shutdown).await {
+                    eprintln!("conformance: the proxy at {addr} stopped with an error: {e}");
+                }
+            });
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| format!("proxy thread: {e}"))?;
+    let addr = addr_rx
+        .await
+        .map_err(|_| "the proxy thread ended early".to_string())??;
+    let task = tokio::spawn(async move {
+        let _ = done_rx.await;
+    });
+    Ok(Served {
+        addr,
+        stop: Some(stop_tx),
+        task: Some(task),
+    })
+}

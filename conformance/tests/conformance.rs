@@ -1,0 +1,90 @@
+//! `cargo test -p conformance [-- FILTER...]`: replays every scenario of `testdata/conformance` on every
+//! backend and etcd version found here, prints the report table, and fails on any failure. A missing backend
+//! is a skip with a message naming the script that installs it, and a failure under `CI=true`.
+
+use std::path::PathBuf;
+
+use conformance::backend::{self, Kind};
+use conformance::report::{self, Outcome, Status};
+use conformance::scenario;
+use conformance::suite::{self, Context};
+use conformance::target::TargetKind;
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let failed = runtime.block_on(run(filters));
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+async fn run(filters: Vec<String>) -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance");
+    let mut scenarios =
+        scenario::load_all(&root).unwrap_or_else(|e| panic!("loading scenarios: {e}"));
+    if !filters.is_empty() {
+        scenarios.retain(|s| filters.iter().any(|f| s.id.contains(f.as_str())));
+    }
+    let differences = conformance::differences::load(&root.join("differences.txt"))
+        .unwrap_or_else(|e| panic!("loading differences: {e}"));
+    let ctx = Context {
+        snapshots: root.join("snapshots"),
+        differences,
+    };
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let specs = backend::discover().await;
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut runs = Vec::new();
+    for spec in &specs {
+        match &spec.missing {
+            Some(why) => {
+                let status = if ci {
+                    Status::Failed(format!("backend missing under CI=true: {why}"))
+                } else {
+                    eprintln!("SKIPPED {}: {why}", spec.label());
+                    Status::Skipped(format!("backend missing: {why}"))
+                };
+                for sc in &scenarios {
+                    for target in [TargetKind::Direct, TargetKind::Proxy] {
+                        outcomes.push(Outcome {
+                            scenario: sc.id.clone(),
+                            target,
+                            backend: spec.kind,
+                            version: spec.version.name,
+                            status: status.clone(),
+                        });
+                    }
+                }
+            }
+            None => runs.push(suite::run_group(spec, &scenarios, &ctx)),
+        }
+    }
+    eprintln!(
+        "conformance: {} scenarios on {} backend(s)",
+        scenarios.len(),
+        runs.len()
+    );
+    for group in futures::future::join_all(runs).await {
+        outcomes.extend(group);
+    }
+    outcomes.sort_by(|a, b| {
+        (a.target, a.backend, a.version, &a.scenario).cmp(&(
+            b.target,
+            b.backend,
+            b.version,
+            &b.scenario,
+        ))
+    });
+    let _ = Kind::Process;
+    println!("{}", report::render(&outcomes));
+    let (passed, failed, skipped) = report::totals(&outcomes);
+    println!("conformance: {passed} passed, {failed} failed, {skipped} skipped");
+    failed > 0
+}
