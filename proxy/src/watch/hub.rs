@@ -113,6 +113,9 @@ pub struct Hub {
     progress_in_flight: bool,
     /// Streams of creates with an invalid range, sent as they are; etcd answers each with watch ID -1, in order.
     invalid_creates: VecDeque<StreamId>,
+    /// Creates sent on the current stream and not answered yet, in order (`None`: an invalid-range create). etcd
+    /// answers creates in order, and a refused create is answered with watch ID -1, so order is what matches them.
+    creates_in_flight: VecDeque<Option<i64>>,
     /// Requests to send upstream.
     pub outbox: Vec<WatchRequest>,
     /// This hub's share of the watcher gauges (client watchers, upstream watchers), last reported.
@@ -132,6 +135,7 @@ impl Hub {
             progress_waiters: BTreeSet::new(),
             progress_in_flight: false,
             invalid_creates: VecDeque::new(),
+            creates_in_flight: VecDeque::new(),
             outbox: Vec::new(),
             reported: (0, 0),
         }
@@ -183,6 +187,7 @@ impl Hub {
                 responses: Vec::new(),
             });
             self.invalid_creates.push_back(stream_id);
+            self.creates_in_flight.push_back(None);
             self.outbox.push(create_request(WatchCreateRequest {
                 watch_id: 0,
                 ..request
@@ -346,6 +351,7 @@ impl Hub {
         for (&id, sw) in self.swatchers.iter_mut() {
             if sw.phase == Phase::Unsent {
                 sw.phase = Phase::Creating;
+                self.creates_in_flight.push_back(Some(id));
                 self.outbox.push(create_request(WatchCreateRequest {
                     key: sw.key.clone(),
                     range_end: sw.range_end.clone(),
@@ -362,6 +368,7 @@ impl Hub {
     /// The upstream stream was lost: everything must be re-created, from where each s-watcher stands.
     pub fn upstream_lost(&mut self) {
         self.outbox.clear();
+        self.creates_in_flight.clear();
         for sw in self.swatchers.values_mut() {
             if sw.phase == Phase::Running {
                 sw.start_rev = sw.next_rev;
@@ -405,17 +412,23 @@ impl Hub {
         {
             self.latest_header = header;
         }
-        if response.watch_id == -1 && response.created {
-            if let Some(stream_id) = self.invalid_creates.pop_front() {
-                self.answer_create(stream_id, None, response);
+        let sw_id = if response.created {
+            match self.creates_in_flight.pop_front() {
+                Some(Some(sw_id)) => sw_id,
+                Some(None) => {
+                    if let Some(stream_id) = self.invalid_creates.pop_front() {
+                        self.answer_create(stream_id, None, response);
+                    }
+                    return;
+                }
+                None => return,
             }
-            return;
-        }
-        if response.watch_id == -1 {
+        } else if response.watch_id == -1 {
             self.progress_answered(response);
             return;
-        }
-        let sw_id = response.watch_id;
+        } else {
+            response.watch_id
+        };
         // Responses for an s-watcher the hub cancelled are late; nobody listens.
         if !self.swatchers.contains_key(&sw_id) {
             return;
@@ -485,10 +498,12 @@ impl Hub {
             let Some(watcher) = stream.watchers.remove(&watch_id) else {
                 continue;
             };
+            // A create etcd refused is answered with watch ID -1, as etcd answers it.
+            let refused = response.created && !watcher.created;
             let reply = WatchResponse {
                 header: response.header,
-                watch_id,
-                created: response.created && !watcher.created,
+                watch_id: if refused { -1 } else { watch_id },
+                created: refused,
                 canceled: true,
                 compact_revision: response.compact_revision,
                 cancel_reason: response.cancel_reason.clone(),

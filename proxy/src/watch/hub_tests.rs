@@ -374,6 +374,36 @@ fn created_answers_leave_in_the_order_of_the_creates() {
 }
 
 #[test]
+fn a_create_etcd_refuses_is_answered_with_its_reason_and_later_creates_still_match() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("secret", 0));
+    hub.create(a.id, watch("open", 0));
+    assert_eq!(sent(&mut hub), vec!["create 1 from 0", "create 2 from 0"]);
+    // etcd refuses the first (say, permission denied) with watch ID -1, then creates the second.
+    hub.upstream_response(WatchResponse {
+        header: header(5),
+        watch_id: -1,
+        created: true,
+        canceled: true,
+        cancel_reason: "etcdserver: permission denied".into(),
+        ..Default::default()
+    });
+    hub.upstream_response(created(2, 5));
+    let answers = a.received();
+    assert_eq!(
+        summary(&answers),
+        vec![(-1, true, true, vec![]), (1, true, false, vec![])]
+    );
+    assert_eq!(answers[0].cancel_reason, "etcdserver: permission denied");
+    assert_eq!(
+        sent(&mut hub),
+        Vec::<String>::new(),
+        "nothing to cancel: etcd never created it"
+    );
+}
+
+#[test]
 fn progress_requests_are_answered_with_etcds_progress() {
     let mut hub = hub();
     let mut a = Client::open(&mut hub, 1, 8);

@@ -30,12 +30,18 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     token: String,
     initial_cluster: String,
+    extra_args: Vec<String>,
     dir: tempfile::TempDir,
 }
 
 impl EtcdCluster {
     /// Starts `n` members and waits (with a deadline) until every one reports healthy.
     pub async fn start(n: usize) -> Self {
+        Self::start_with_args(n, &[]).await
+    }
+
+    /// Like [`EtcdCluster::start`], with extra flags for every member (e.g. `--auth-token-ttl=2`).
+    pub async fn start_with_args(n: usize, extra_args: &[&str]) -> Self {
         assert!(n >= 1, "a cluster needs at least one member");
         let seq = CLUSTER_SEQ.fetch_add(1, Ordering::SeqCst);
         let dir = temp_dir("etcd-proxy-test-cluster-");
@@ -63,6 +69,7 @@ impl EtcdCluster {
             members,
             token,
             initial_cluster,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             dir,
         };
         for i in 0..n {
@@ -119,6 +126,7 @@ impl EtcdCluster {
             .arg(format!("--initial-cluster-token={}", self.token))
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
