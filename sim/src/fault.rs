@@ -192,6 +192,9 @@ impl FaultPlan {
     }
 }
 
+/// The smallest latency of any message.
+pub const MIN_LATENCY: Duration = Duration::from_micros(100);
+
 /// The largest random latency of a link when no fault changed it.
 pub const DEFAULT_JITTER: Duration = Duration::from_millis(5);
 
@@ -217,6 +220,8 @@ pub fn apply(sim: &mut turmoil::Sim<'_>, fault: &Fault) -> String {
         Fault::Release(m) => sim.release(PROXY_HOST, member_host(*m)),
         Fault::Latency { member, latency } => {
             if latency.is_zero() {
+                // Both bounds move back: a maximum below the link's minimum is not a valid range.
+                sim.set_link_latency(PROXY_HOST, member_host(*member), MIN_LATENCY);
                 sim.set_link_max_message_latency(PROXY_HOST, member_host(*member), DEFAULT_JITTER);
             } else {
                 sim.set_link_latency(PROXY_HOST, member_host(*member), *latency)

@@ -3,9 +3,12 @@
 //!
 //! - [`net`]: [`net::TurmoilNet`], the proxy's `Net` seam over turmoil.
 //! - [`model`]: the model etcd (shared MVCC store, leases, watch) served as real tonic services on any listener.
+pub mod check;
 pub mod fault;
 pub mod model;
 pub mod net;
+pub mod scenario;
+pub mod seeds;
 pub mod topology;
 pub mod trace;
 pub mod world;

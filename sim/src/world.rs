@@ -20,6 +20,8 @@ pub struct Settings {
     pub seed: u64,
     pub members: usize,
     pub faults: FaultProfile,
+    /// A fault plan to use instead of drawing one from the seed and `faults` (proptest builds its own).
+    pub plan: Option<FaultPlan>,
     /// Hard limit of virtual time; a run still going then has hung.
     pub limit: Duration,
 }
@@ -28,7 +30,7 @@ pub struct Settings {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyExit {
     pub result: Result<(), String>,
-    /// Tasks still alive on the proxy host's runtime shortly after `run` returned.
+    /// Tasks still alive on the proxy host's runtime [`TASK_REAP_GRACE`] after `run` returned.
     pub tasks_left: usize,
 }
 
@@ -53,8 +55,30 @@ pub struct Finished {
     pub sim_error: Option<String>,
 }
 
+/// Virtual time per simulation step: coarse enough to keep a debug-build run around a second of real time, fine
+/// enough that keep-alive intervals and timeouts (hundreds of milliseconds) are many steps long.
+const TICK: Duration = Duration::from_millis(3);
+
 /// How long the proxy may take to shut down gracefully (its grace period is shortened for the simulation).
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long the proxy's tasks may outlive `run`: a probe of a failed endpoint may be sleeping in its backoff
+/// (at most 5 s in the proxy) and holds the upstream channels, and their tasks, until it wakes up.
+pub const TASK_REAP_GRACE: Duration = Duration::from_secs(6);
+
+/// Waits until no task is left on this host's runtime, or [`TASK_REAP_GRACE`] passed; returns how many are left.
+async fn wait_for_tasks_to_end() -> usize {
+    let started = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let alive = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        if alive == 0 || started.elapsed() >= TASK_REAP_GRACE {
+            return alive;
+        }
+    }
+}
 
 /// The proxy configuration the simulation runs: etcd's defaults, plus HTTP/2 keep-alive towards etcd so that a
 /// partitioned member is noticed (the production flag `--dial-keepalive-time`).
@@ -75,8 +99,11 @@ impl<'a> World<'a> {
     pub fn new(settings: Settings) -> Self {
         let sim = turmoil::Builder::new()
             .rng_seed(settings.seed)
-            .simulation_duration(settings.limit + SHUTDOWN_LIMIT + Duration::from_secs(1))
-            .min_message_latency(Duration::from_micros(100))
+            .tick_duration(TICK)
+            .simulation_duration(
+                settings.limit + SHUTDOWN_LIMIT + TASK_REAP_GRACE + Duration::from_secs(1),
+            )
+            .min_message_latency(fault::MIN_LATENCY)
             .max_message_latency(fault::DEFAULT_JITTER)
             .tcp_capacity(4096)
             .build();
@@ -86,7 +113,10 @@ impl<'a> World<'a> {
             sim,
             cluster,
             trace: Trace::default(),
-            plan: FaultPlan::generate(settings.seed, &settings.faults),
+            plan: settings
+                .plan
+                .clone()
+                .unwrap_or_else(|| FaultPlan::generate(settings.seed, &settings.faults)),
             settings,
             stop_proxy,
             proxy_exits: Arc::default(),
@@ -123,11 +153,7 @@ impl<'a> World<'a> {
                     let _ = stop.wait_for(|stopped| *stopped).await;
                 };
                 let result = proxy::run(config, Arc::new(TurmoilNet), shutdown).await;
-                // Give finished tasks a moment to be reaped before counting what is still alive.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let tasks_left = tokio::runtime::Handle::current()
-                    .metrics()
-                    .num_alive_tasks();
+                let tasks_left = wait_for_tasks_to_end().await;
                 exits
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -182,7 +208,7 @@ impl<'a> World<'a> {
         self.trace
             .record_at(self.sim.elapsed(), "clients done; stopping the proxy");
         let _ = self.stop_proxy.send(true);
-        let deadline = self.sim.elapsed() + SHUTDOWN_LIMIT;
+        let deadline = self.sim.elapsed() + SHUTDOWN_LIMIT + TASK_REAP_GRACE;
         while self
             .proxy_exits
             .lock()

@@ -26,6 +26,7 @@ fn quiet_settings(seed: u64) -> Settings {
             mean_gap: Duration::from_secs(1),
             max_outage: Duration::from_secs(1),
         },
+        plan: None,
         limit: Duration::from_secs(20),
     }
 }
@@ -86,5 +87,27 @@ fn tonic_and_etcd_client_reach_the_model_through_the_proxy() {
     assert_eq!(finished.sim_error, None);
     assert_eq!(finished.proxy_exits.len(), 1);
     assert_eq!(finished.proxy_exits[0].result, Ok(()));
+    assert_eq!(finished.proxy_exits[0].tasks_left, 0);
     assert_eq!(finished.cluster.history().revisions.len(), 1);
+}
+
+/// The hygiene check counts tasks with tokio's runtime metrics; this proves the count sees tasks on a turmoil host.
+#[test]
+fn runtime_metrics_count_tasks_on_a_simulated_host() {
+    let mut sim = turmoil::Builder::new().build();
+    sim.client("c", async {
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = alive();
+        let sleeper = tokio::spawn(tokio::time::sleep(Duration::from_secs(60)));
+        assert_eq!(alive(), before + 1);
+        sleeper.abort();
+        let _ = sleeper.await;
+        assert_eq!(alive(), before);
+        Ok(())
+    });
+    sim.run().unwrap();
 }

@@ -33,6 +33,8 @@ struct Shared {
     changed: watch::Sender<u64>,
     /// Origin of virtual time outside a turmoil simulation (tokio's clock, paused or not).
     epoch: tokio::time::Instant,
+    /// The latest simulated time seen, in nanoseconds (0 until the cluster runs inside a simulation).
+    last_sim_nanos: AtomicU64,
     progress_interval: Mutex<Duration>,
 }
 
@@ -61,6 +63,7 @@ impl Cluster {
                 raft_term: AtomicU64::new(2),
                 changed: watch::Sender::new(0),
                 epoch: tokio::time::Instant::now(),
+                last_sim_nanos: AtomicU64::new(0),
                 progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
             }),
         }
@@ -105,9 +108,20 @@ impl Cluster {
         self.shared.raft_term.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Virtual time: the simulation's clock inside turmoil, tokio's clock since creation elsewhere.
+    /// Virtual time: the simulation's clock inside turmoil, tokio's clock since creation elsewhere. Between the
+    /// steps of a simulation (when the world tears hosts down, for example) the last simulated time is used, so
+    /// that no real time ever leaks into a simulated history.
     pub fn now(&self) -> Duration {
-        turmoil::sim_elapsed().unwrap_or_else(|| self.shared.epoch.elapsed())
+        if let Some(now) = turmoil::sim_elapsed() {
+            self.shared
+                .last_sim_nanos
+                .fetch_max(now.as_nanos() as u64, Ordering::AcqRel);
+            return now;
+        }
+        match self.shared.last_sim_nanos.load(Ordering::Acquire) {
+            0 => self.shared.epoch.elapsed(),
+            nanos => Duration::from_nanos(nanos),
+        }
     }
 
     /// Runs `f` on the store (after expiring due leases) and wakes the watch streams if it changed anything.

@@ -1,0 +1,30 @@
+//! Runs one scenario over a few seeds and prints each report (a tool for exploring; tests use `tests/scenarios.rs`).
+//! `cargo run -p sim --example try_seeds -- watch 0 8`
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let scenario =
+        sim::scenario::Scenario::from_name(args.get(1).map_or("watch", |s| s)).expect("scenario");
+    let from: u64 = args.get(2).map_or(0, |s| s.parse().unwrap());
+    let to: u64 = args.get(3).map_or(from + 1, |s| s.parse().unwrap());
+    for seed in from..to {
+        // Wall-clock time of a run is printed for tuning, never used by the simulation.
+        #[allow(clippy::disallowed_methods)]
+        let started = std::time::Instant::now();
+        let report = sim::scenario::run(scenario, seed);
+        let took = started.elapsed();
+        if report.passed() {
+            println!(
+                "seed {seed}: ok digest {:016x} lag {:?} watchers {} calls {} revisions {} virtual {:?} wall {took:?}",
+                report.digest,
+                report.worst_lag,
+                report.watchers,
+                report.calls,
+                report.revisions,
+                report.virtual_time
+            );
+        } else {
+            println!("{}\n  wall {took:?}", report.failure_text());
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Lease keep-alive: fan-out towards etcd, no early expiry, and prompt expiry once a client stops.
+
+use std::time::Duration;
+
+use crate::model::{History, LeaseEnd, StreamKind};
+
+/// Whether the proxy coalesces keep-alive streams. The lease coalescing work flips this to `true`; until then the
+/// proxy forwards each client stream 1:1 and the bound is one upstream stream per client stream.
+pub const KEEPALIVE_STREAMS_COALESCED: bool = false;
+
+/// How many upstream keep-alive streams `clients` client streams through one proxy may cause at the same time.
+pub fn expected_upstream_keepalive_streams(clients: usize) -> usize {
+    if KEEPALIVE_STREAMS_COALESCED {
+        1
+    } else {
+        clients
+    }
+}
+
+/// One client's use of its lease.
+#[derive(Clone, Debug)]
+pub struct LeaseClientLog {
+    pub client: String,
+    pub lease: i64,
+    pub ttl: Duration,
+    pub interval: Duration,
+    /// When the client stopped keeping the lease alive; `None` if it kept it alive to the end of the run.
+    pub stopped_at: Option<Duration>,
+}
+
+/// Checks the lease invariants. `run_end` is the virtual time the run ended.
+pub fn check_leases(
+    history: &History,
+    logs: &[LeaseClientLog],
+    max_upstream_streams: usize,
+    run_end: Duration,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    let streams = history.max_concurrent_streams(StreamKind::LeaseKeepAlive);
+    if streams > max_upstream_streams {
+        violations.push(format!(
+            "{streams} upstream keep-alive streams were in use at once (bound {max_upstream_streams})"
+        ));
+    }
+    for log in logs {
+        let Some(record) = history.leases.get(&log.lease) else {
+            violations.push(format!(
+                "{}: lease {} was never granted",
+                log.client, log.lease
+            ));
+            continue;
+        };
+        match (log.stopped_at, record.ended) {
+            (None, Some((at, how))) => violations.push(format!(
+                "{}: lease {} ended ({how:?}) at {:.3}s while its client kept it alive",
+                log.client,
+                log.lease,
+                at.as_secs_f64()
+            )),
+            (Some(stopped), Some((at, LeaseEnd::Expired))) => {
+                let latest = stopped + log.ttl + log.interval;
+                if at > latest {
+                    violations.push(format!(
+                        "{}: lease {} expired at {:.3}s, later than stop {:.3}s + TTL + one interval",
+                        log.client,
+                        log.lease,
+                        at.as_secs_f64(),
+                        stopped.as_secs_f64()
+                    ));
+                }
+                if at < stopped {
+                    violations.push(format!(
+                        "{}: lease {} expired at {:.3}s, before its client stopped at {:.3}s",
+                        log.client,
+                        log.lease,
+                        at.as_secs_f64(),
+                        stopped.as_secs_f64()
+                    ));
+                }
+            }
+            (Some(stopped), None) if run_end > stopped + log.ttl + log.interval => {
+                violations.push(format!(
+                    "{}: lease {} still alive at {:.3}s, its client stopped at {:.3}s",
+                    log.client,
+                    log.lease,
+                    run_end.as_secs_f64(),
+                    stopped.as_secs_f64()
+                ))
+            }
+            _ => {}
+        }
+    }
+    violations
+}

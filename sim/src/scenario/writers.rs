@@ -1,0 +1,166 @@
+//! Writers that go straight to the members (as other etcd clients of the cluster do, bypassing the proxy), and the
+//! fence: one txn that puts every key of the keyspace at one revision, after which nothing is written, so every
+//! watcher can tell when it has seen everything.
+
+use std::time::Duration;
+
+use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::request_op::Request as Op;
+use proto::etcdserverpb::{
+    CompactionRequest, DeleteRangeRequest, PutRequest, RequestOp, TxnRequest,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tonic::transport::Channel;
+
+use super::logs::now;
+use crate::model::Cluster;
+use crate::topology::{channel, member_authority};
+use crate::trace::Trace;
+
+/// The keys the workloads touch.
+pub fn keyspace() -> Vec<Vec<u8>> {
+    (0..6).map(|i| format!("k/{i}").into_bytes()).collect()
+}
+
+/// Clients of every member, tried in turn until one answers.
+pub struct MemberClients {
+    clients: Vec<KvClient<Channel>>,
+    next: usize,
+}
+
+impl MemberClients {
+    pub fn new(members: usize) -> Self {
+        Self {
+            clients: (0..members)
+                .map(|m| KvClient::new(channel(&member_authority(m))))
+                .collect(),
+            next: 0,
+        }
+    }
+
+    /// Sends `request` to the members in turn until one answers (crashed members refuse at once).
+    pub async fn txn(&mut self, request: TxnRequest) -> Option<i64> {
+        for _ in 0..self.clients.len() * 3 {
+            let client = &mut self.clients[self.next];
+            let call = client.txn(request.clone());
+            match tokio::time::timeout(Duration::from_millis(500), call).await {
+                Ok(Ok(response)) => {
+                    return response.into_inner().header.map(|h| h.revision);
+                }
+                _ => self.next = (self.next + 1) % self.clients.len(),
+            }
+        }
+        None
+    }
+
+    pub async fn compact(&mut self, revision: i64) {
+        let client = &mut self.clients[self.next];
+        let _ = tokio::time::timeout(
+            Duration::from_millis(500),
+            client.compact(CompactionRequest {
+                revision,
+                physical: false,
+            }),
+        )
+        .await;
+    }
+}
+
+fn op(request: Op) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}
+
+/// Writes random puts, deletes and small txns straight to the members until `until`; compacts now and then if
+/// `compactions` is set.
+pub async fn direct_writer(
+    name: String,
+    seed: u64,
+    members: usize,
+    until: Duration,
+    compactions: bool,
+    cluster: Cluster,
+    trace: Trace,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut members = MemberClients::new(members);
+    let keys = keyspace();
+    let mut counter = 0u64;
+    while now() < until {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(20..150))).await;
+        counter += 1;
+        let key = keys[rng.random_range(0..keys.len())].clone();
+        let choice = rng.random_range(0..100);
+        let ops = if choice < 60 {
+            vec![op(Op::RequestPut(PutRequest {
+                key,
+                value: format!("{name}-{counter}").into_bytes(),
+                ..Default::default()
+            }))]
+        } else if choice < 80 {
+            vec![op(Op::RequestDeleteRange(DeleteRangeRequest {
+                key,
+                ..Default::default()
+            }))]
+        } else if choice < 95 || !compactions {
+            let other = keys[rng.random_range(0..keys.len())].clone();
+            let mut ops = vec![op(Op::RequestPut(PutRequest {
+                key: key.clone(),
+                value: format!("{name}-{counter}a").into_bytes(),
+                ..Default::default()
+            }))];
+            if other != key {
+                ops.push(op(Op::RequestPut(PutRequest {
+                    key: other,
+                    value: format!("{name}-{counter}b").into_bytes(),
+                    ..Default::default()
+                })));
+            }
+            ops
+        } else {
+            let revision = cluster.with_store(|store, _| store.revision()) - 8;
+            if revision > cluster.with_store(|store, _| store.compacted()) {
+                trace.record(format!("{name}: compact {revision}"));
+                members.compact(revision).await;
+            }
+            continue;
+        };
+        let revision = members
+            .txn(TxnRequest {
+                success: ops,
+                ..Default::default()
+            })
+            .await;
+        trace.record(format!("{name}: write #{counter} -> {revision:?}"));
+    }
+}
+
+/// Puts every key of the keyspace in one txn, straight to a member; returns its revision.
+pub async fn fence(members: usize, trace: Trace) -> i64 {
+    let mut members = MemberClients::new(members);
+    let ops: Vec<RequestOp> = keyspace()
+        .into_iter()
+        .map(|key| {
+            op(Op::RequestPut(PutRequest {
+                key,
+                value: b"fence".to_vec(),
+                ..Default::default()
+            }))
+        })
+        .collect();
+    loop {
+        if let Some(revision) = members
+            .txn(TxnRequest {
+                success: ops.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            trace.record(format!("fence at revision {revision}"));
+            return revision;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,363 @@
+//! Each checker is fed a correct history (it must pass) and deliberately broken ones (it must fail): a dropped
+//! event, a duplicate, a reordering, an early expiry, a late expiry, two upstream streams, a failed read, a write
+//! with the wrong code, a lost acknowledged write, a hung call, a proxy that left tasks running.
+
+use std::time::Duration;
+
+use proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
+use proto::mvccpb::Event;
+use sim::check::calls::{CallKind, CallLog, CallOutcome, check_calls};
+use sim::check::hygiene::check_hygiene;
+use sim::check::lease::{LeaseClientLog, check_leases, expected_upstream_keepalive_streams};
+use sim::check::watch::{WatchEnd, WatchStart, WatcherLog, check_lag, check_watcher};
+use sim::model::{History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord};
+use sim::world::{Finished, ProxyExit};
+use tonic::Code;
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// A history with puts of a=1 (2), b=1 (3), a=2 (4), delete a (5), c=1 (6).
+fn kv_history() -> History {
+    let mut store = Store::new();
+    for (key, value) in [("a", "1"), ("b", "1"), ("a", "2")] {
+        store
+            .put(
+                &PutRequest {
+                    key: key.into(),
+                    value: value.into(),
+                    ..Default::default()
+                },
+                Duration::ZERO,
+            )
+            .unwrap();
+    }
+    store
+        .delete_range(
+            &DeleteRangeRequest {
+                key: b"a".to_vec(),
+                ..Default::default()
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    store
+        .put(
+            &PutRequest {
+                key: b"c".to_vec(),
+                value: b"1".to_vec(),
+                ..Default::default()
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    store.history
+}
+
+/// What a correct watcher on everything (no prev_kv) from revision 2 receives through revision 6.
+fn all_events(history: &History) -> Vec<Event> {
+    history
+        .events_between(2, 6)
+        .map(|e| Event {
+            prev_kv: None,
+            ..e.clone()
+        })
+        .collect()
+}
+
+fn watcher(received: Vec<Event>) -> WatcherLog {
+    WatcherLog {
+        name: "w".into(),
+        key: b"\0".to_vec(),
+        range_end: b"\0".to_vec(),
+        prev_kv: false,
+        no_delete: false,
+        start: Some(WatchStart::Revision(2)),
+        received,
+        end: WatchEnd::CompleteThrough(6),
+    }
+}
+
+#[test]
+fn watch_checker_accepts_exactly_the_models_events() {
+    let history = kv_history();
+    assert_eq!(
+        check_watcher(&history, &watcher(all_events(&history))),
+        Ok(())
+    );
+}
+
+#[test]
+fn watch_checker_catches_a_dropped_event() {
+    let history = kv_history();
+    let mut events = all_events(&history);
+    events.remove(2);
+    let err = check_watcher(&history, &watcher(events)).unwrap_err();
+    assert!(err.contains("expected PUT a@4"), "{err}");
+}
+
+#[test]
+fn watch_checker_catches_a_missing_tail_and_a_duplicate_and_a_reordering() {
+    let history = kv_history();
+    let mut short = all_events(&history);
+    short.pop();
+    assert!(
+        check_watcher(&history, &watcher(short))
+            .unwrap_err()
+            .contains("missing")
+    );
+    let mut duplicated = all_events(&history);
+    duplicated.insert(2, duplicated[1].clone());
+    assert!(
+        check_watcher(&history, &watcher(duplicated))
+            .unwrap_err()
+            .contains("duplicate")
+    );
+    let mut reordered = all_events(&history);
+    reordered.swap(0, 1);
+    assert!(check_watcher(&history, &watcher(reordered)).is_err());
+}
+
+#[test]
+fn watch_checker_applies_range_filters_and_prev_kv() {
+    let history = kv_history();
+    let mut log = watcher(
+        history
+            .events_between(2, 6)
+            .filter(|e| e.kv.as_ref().unwrap().key == b"a" && e.r#type == 0)
+            .cloned()
+            .collect(),
+    );
+    log.key = b"a".to_vec();
+    log.range_end = Vec::new();
+    log.no_delete = true;
+    log.prev_kv = true;
+    assert_eq!(check_watcher(&history, &log), Ok(()));
+    // Without prev_kv requested, an event that carries one is not what etcd sends.
+    log.prev_kv = false;
+    assert!(check_watcher(&history, &log).is_err());
+}
+
+#[test]
+fn watch_checker_requires_a_reason_for_a_cancel_and_confirmation_otherwise() {
+    let history = kv_history();
+    let mut log = watcher(all_events(&history)[..2].to_vec());
+    log.end = WatchEnd::Cancelled {
+        reason: String::new(),
+        compact_revision: 0,
+    };
+    assert!(
+        check_watcher(&history, &log)
+            .unwrap_err()
+            .contains("reason")
+    );
+    log.end = WatchEnd::Cancelled {
+        reason: String::new(),
+        compact_revision: 4,
+    };
+    assert_eq!(check_watcher(&history, &log), Ok(()));
+    log.end = WatchEnd::Unconfirmed;
+    assert!(check_watcher(&history, &log).is_err());
+}
+
+#[test]
+fn lag_is_the_model_revision_minus_the_reported_one_and_is_bounded() {
+    let mut behind = watcher(Vec::new());
+    behind.start = Some(WatchStart::Current {
+        model_revision: 10,
+        reported: 7,
+    });
+    let mut ahead = watcher(Vec::new());
+    ahead.start = Some(WatchStart::Current {
+        model_revision: 10,
+        reported: 11,
+    });
+    let (worst, violations) = check_lag(&[behind.clone(), ahead.clone()], 0);
+    assert_eq!(worst, Some(3));
+    assert_eq!(violations.len(), 1);
+    assert!(check_lag(&[behind, ahead], 3).1.is_empty());
+}
+
+fn call(kind: CallKind, outcome: CallOutcome) -> CallLog {
+    CallLog {
+        client: "c".into(),
+        what: "op".into(),
+        kind,
+        started: secs(1.0),
+        finished: secs(1.5),
+        outcome,
+    }
+}
+
+#[test]
+fn calls_checker_rejects_failed_reads_wrong_write_codes_lost_writes_and_hangs() {
+    let history = kv_history();
+    let bound = secs(4.0);
+    let put_a2 = CallKind::Put {
+        key: b"a".to_vec(),
+        value: b"2".to_vec(),
+    };
+    let good = [
+        call(CallKind::Read, CallOutcome::Ok { revision: 3 }),
+        call(put_a2.clone(), CallOutcome::Ok { revision: 4 }),
+        call(
+            CallKind::OtherWrite,
+            CallOutcome::Failed {
+                code: Code::Unavailable,
+                message: "x".into(),
+            },
+        ),
+    ];
+    assert_eq!(check_calls(&history, &good, bound, &[]), Default::default());
+    let bad = [
+        call(
+            CallKind::Read,
+            CallOutcome::Failed {
+                code: Code::Unavailable,
+                message: "down".into(),
+            },
+        ),
+        call(
+            CallKind::OtherWrite,
+            CallOutcome::Failed {
+                code: Code::Unknown,
+                message: "transport error".into(),
+            },
+        ),
+        // Acknowledged at a revision where the model has a different put.
+        call(put_a2, CallOutcome::Ok { revision: 3 }),
+        call(CallKind::Read, CallOutcome::TimedOut),
+        CallLog {
+            finished: secs(9.0),
+            ..call(CallKind::Read, CallOutcome::Ok { revision: 3 })
+        },
+    ];
+    let verdict = check_calls(&history, &bad, bound, &[]);
+    assert_eq!(verdict.violations.len(), bad.len(), "{verdict:#?}");
+    // A tolerated known defect is reported as such, not as a violation; nothing else is excused.
+    let verdict = check_calls(&history, &bad, bound, &[(Code::Unknown, "transport error")]);
+    assert_eq!(verdict.violations.len(), bad.len() - 1);
+    assert_eq!(verdict.tolerated.len(), 1);
+}
+
+fn lease_history(ended: Option<(Duration, LeaseEnd)>, streams: &[(f64, f64)]) -> History {
+    let mut history = History::default();
+    history.leases.insert(
+        7,
+        LeaseRecord {
+            id: 7,
+            granted_ttl: 3,
+            granted_at: Duration::ZERO,
+            keep_alives: Vec::new(),
+            ended,
+        },
+    );
+    for (first, last) in streams {
+        history.streams.push(StreamRecord {
+            member: 0,
+            kind: StreamKind::LeaseKeepAlive,
+            opened_at: secs(*first),
+            closed_at: None,
+            first_request_at: Some(secs(*first)),
+            last_request_at: Some(secs(*last)),
+        });
+    }
+    history
+}
+
+fn lease_client(stopped_at: Option<f64>) -> LeaseClientLog {
+    LeaseClientLog {
+        client: "l".into(),
+        lease: 7,
+        ttl: secs(3.0),
+        interval: secs(0.7),
+        stopped_at: stopped_at.map(secs),
+    }
+}
+
+#[test]
+fn lease_checker_catches_an_early_expiry() {
+    let early = lease_history(Some((secs(2.0), LeaseEnd::Expired)), &[(0.0, 5.0)]);
+    assert_eq!(
+        check_leases(&early, &[lease_client(None)], 1, secs(8.0)).len(),
+        1
+    );
+    let before_stop = lease_history(Some((secs(1.0), LeaseEnd::Expired)), &[(0.0, 0.5)]);
+    assert_eq!(
+        check_leases(&before_stop, &[lease_client(Some(2.0))], 1, secs(8.0)).len(),
+        1
+    );
+    let kept = lease_history(None, &[(0.0, 5.0)]);
+    assert!(check_leases(&kept, &[lease_client(None)], 1, secs(8.0)).is_empty());
+}
+
+#[test]
+fn lease_checker_catches_a_late_expiry_and_a_lease_that_never_ends() {
+    let on_time = lease_history(Some((secs(5.5), LeaseEnd::Expired)), &[(0.0, 2.0)]);
+    assert!(check_leases(&on_time, &[lease_client(Some(2.0))], 1, secs(8.0)).is_empty());
+    let late = lease_history(Some((secs(5.8), LeaseEnd::Expired)), &[(0.0, 2.0)]);
+    assert_eq!(
+        check_leases(&late, &[lease_client(Some(2.0))], 1, secs(8.0)).len(),
+        1
+    );
+    let never = lease_history(None, &[(0.0, 2.0)]);
+    assert_eq!(
+        check_leases(&never, &[lease_client(Some(2.0))], 1, secs(8.0)).len(),
+        1
+    );
+}
+
+#[test]
+fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
+    let two = lease_history(None, &[(0.0, 4.0), (1.0, 5.0)]);
+    let violations = check_leases(&two, &[lease_client(None)], 1, secs(8.0));
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("2 upstream keep-alive streams"));
+    // A stream replaced by another (no overlap in use) is one at a time.
+    let sequential = lease_history(None, &[(0.0, 2.0), (2.5, 5.0)]);
+    assert!(check_leases(&sequential, &[lease_client(None)], 1, secs(8.0)).is_empty());
+}
+
+#[test]
+fn the_fan_out_bound_is_one_per_client_stream_until_coalescing_lands() {
+    if sim::check::lease::KEEPALIVE_STREAMS_COALESCED {
+        assert_eq!(expected_upstream_keepalive_streams(5), 1);
+    } else {
+        assert_eq!(expected_upstream_keepalive_streams(5), 5);
+    }
+}
+
+fn finished(exits: Vec<ProxyExit>, sim_error: Option<String>) -> Finished {
+    Finished {
+        cluster: sim::model::Cluster::new(1, 0),
+        trace: Default::default(),
+        proxy_exits: exits,
+        elapsed: Duration::ZERO,
+        sim_error,
+    }
+}
+
+#[test]
+fn hygiene_checker_catches_leftover_tasks_errors_and_failed_runs() {
+    let clean = ProxyExit {
+        result: Ok(()),
+        tasks_left: 0,
+    };
+    assert!(check_hygiene(&finished(vec![clean.clone()], None)).is_empty());
+    let leftover = ProxyExit {
+        tasks_left: 2,
+        ..clean.clone()
+    };
+    assert_eq!(check_hygiene(&finished(vec![leftover], None)).len(), 1);
+    let failed = ProxyExit {
+        result: Err("boom".into()),
+        ..clean
+    };
+    assert_eq!(check_hygiene(&finished(vec![failed], None)).len(), 1);
+    assert_eq!(check_hygiene(&finished(vec![], None)).len(), 1);
+    assert_eq!(
+        check_hygiene(&finished(vec![], Some("panicked".into()))).len(),
+        1
+    );
+}
