@@ -1,8 +1,25 @@
-//! Deterministic chaos simulation of etcd-grpc-proxy: the production proxy runs unchanged over turmoil's
-//! simulated network and virtual time, in front of a model etcd, while faults hit members and links.
+//! Deterministic chaos simulation of etcd-grpc-proxy: the production proxy (`proxy::run`, unchanged) runs over
+//! turmoil's simulated network and virtual time, in front of a model etcd, while members crash, links partition and
+//! messages are delayed or held; invariant checkers then judge the run against the model's history.
+//!
+//! Data flows: [`scenario`] builds a [`world::World`] (model members + proxy + clients + [`fault`] plan) from a
+//! seed → the world runs → [`check`] compares the clients' logs with [`model::History`] → a
+//! [`scenario::Report`] (seed, [`trace`] digest, violations, worst revision lag).
 //!
 //! - [`net`]: [`net::TurmoilNet`], the proxy's `Net` seam over turmoil.
-//! - [`model`]: the model etcd (shared MVCC store, leases, watch) served as real tonic services on any listener.
+//! - [`model`]: the model etcd (one MVCC store shared by several members, leases on virtual time, watch) served as
+//!   etcd's real tonic services on any listener ([`model::serve`]); also used over real TCP by the conformance
+//!   suite.
+//! - [`topology`]: host names and ports; tonic channels and `etcd-client` clients over the simulated network.
+//! - [`fault`]: seeded fault plans (crash/restart, partitions both ways and one way, held links, latency and
+//!   jitter, proxy restarts) and their application.
+//! - [`world`]: one simulated world and its run loop; stops the proxy at the end and counts its leftover tasks.
+//! - [`scenario`]: the scenarios and their clients (watchers, callers, lease keepers, direct writers).
+//! - [`check`]: the invariant checkers, pure functions over histories.
+//! - [`trace`], [`seeds`]: the event trace and its digest; `SIM_SEED` / `SIM_SEEDS` and regression seeds.
+//!
+//! How to run, reproduce a seed and add a scenario: `sim/README.md`.
+
 pub mod check;
 pub mod fault;
 pub mod model;
