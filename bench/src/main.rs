@@ -1,9 +1,10 @@
 //! `bench`: runs the side-by-side benchmark and writes `<out-dir>/<name>.json`, `.md` and SVG charts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Timing};
+use bench::results::Report;
 use clap::Parser;
 
 /// Direct etcd vs etcd's Go grpc-proxy vs etcd-grpc-proxy, same load, alternating runs.
@@ -12,11 +13,15 @@ use clap::Parser;
 struct Args {
     /// An etcd to test against, as VERSION=PATH to its `etcd` binary (repeatable); its `grpc-proxy start` is the
     /// Go proxy of that version.
-    #[arg(long = "etcd", value_parser = EtcdBinary::parse, required = true)]
+    #[arg(long = "etcd", value_parser = EtcdBinary::parse, required_unless_present = "render")]
     etcds: Vec<EtcdBinary>,
     /// The `etcd-grpc-proxy` binary (a release build for real numbers).
-    #[arg(long)]
-    proxy_bin: PathBuf,
+    #[arg(long, required_unless_present = "render")]
+    proxy_bin: Option<PathBuf>,
+    /// Runs nothing: re-renders the markdown and charts of an earlier run from its JSON into --out-dir (e.g.
+    /// after a change to the charts).
+    #[arg(long, value_name = "JSON")]
+    render: Option<PathBuf>,
     /// Scenarios to run (all if absent).
     #[arg(long = "scenario", value_enum)]
     scenarios: Vec<Scenario>,
@@ -43,12 +48,15 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(json) = &args.render {
+        return render(json, &args.out_dir);
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let plan = Plan {
         name: args.name,
         out_dir: args.out_dir,
         etcds: args.etcds,
-        proxy_bin: args.proxy_bin,
+        proxy_bin: args.proxy_bin.unwrap_or_default(),
         scenarios: if args.scenarios.is_empty() {
             Scenario::ALL.to_vec()
         } else {
@@ -95,4 +103,30 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// Writes the markdown and charts of an earlier run again from its JSON.
+fn render(json: &Path, out_dir: &Path) -> ExitCode {
+    let report: Report = match std::fs::read_to_string(json)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+    {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("bench: cannot read {}: {e}", json.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match bench::report::write_rendered(&report, out_dir) {
+        Ok(written) => {
+            for path in written {
+                println!("{}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench: cannot write the report: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

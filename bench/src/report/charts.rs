@@ -107,6 +107,8 @@ fn draw(
         chart
             .configure_mesh()
             .disable_x_mesh()
+            // Only the labelled grid lines: the fine ones in between clutter small panels.
+            .light_line_style(TRANSPARENT)
             .y_desc(metric.unit)
             .x_label_formatter(&|x| match x {
                 SegmentValue::CenterOf(i) => bars

@@ -10,13 +10,21 @@ use crate::results::Report;
 /// Writes all outputs into `dir`; returns the paths written.
 pub fn write(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
-    let mut written = Vec::new();
     let json = dir.join(format!("{}.json", report.name));
     std::fs::write(
         &json,
         serde_json::to_string_pretty(report).map_err(std::io::Error::other)?,
     )?;
-    written.push(json);
+    let mut written = vec![json];
+    written.extend(write_rendered(report, dir)?);
+    Ok(written)
+}
+
+/// Writes the markdown and the charts only (the JSON is the source; parsing it back is not bit-exact for
+/// floats, so re-rendering leaves it alone).
+pub fn write_rendered(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
     let markdown = dir.join(format!("{}.md", report.name));
     std::fs::write(&markdown, table::markdown(report))?;
     written.push(markdown);

@@ -168,3 +168,75 @@ fn num(value: f64, decimals: usize) -> String {
         "-".into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::recorder::{Latency, Tally};
+    use crate::meter::ServerCost;
+    use crate::plan::{Sizes, Timing};
+    use crate::results::{Run, ScenarioResult};
+
+    fn run(target: Target, throughput: f64, p99_ms: f64, proxy_cpu: Option<f64>) -> Run {
+        let mut server = ServerCost {
+            etcd_cpu_seconds: 1.0,
+            proxy_cpu_seconds: proxy_cpu,
+            ..Default::default()
+        };
+        server.upstream.requests.insert("Put".into(), 1000);
+        Run {
+            round: 0,
+            target,
+            client: Tally {
+                completed: 1000,
+                errors: 0,
+                error_samples: vec![],
+                seconds: 1000.0 / throughput,
+                throughput,
+                latency: Some(Latency {
+                    p50_ms: 1.0,
+                    p99_ms,
+                    max_ms: p99_ms * 2.0,
+                }),
+            },
+            server,
+            etcd_metrics_read: true,
+            watch: None,
+        }
+    }
+
+    #[test]
+    fn the_ratio_row_compares_each_proxy_with_direct_and_this_proxy_with_the_go_proxy() {
+        let runs = vec![
+            run(Target::Direct, 10_000.0, 2.0, None),
+            run(Target::GoProxy, 5_000.0, 8.0, Some(2.0)),
+            run(Target::RustProxy, 6_000.0, 4.0, Some(1.0)),
+        ];
+        let report = Report {
+            name: "t".into(),
+            machine: "m".into(),
+            command: "c".into(),
+            sizes: Sizes::quick(),
+            timing: Timing::quick(),
+            seed: 1,
+            versions: vec![VersionResult {
+                version: "3.5.1".into(),
+                idle_rss_mib: vec![(Target::RustProxy, 7.0)],
+                scenarios: vec![ScenarioResult::new(Scenario::Put, "size".into(), runs)],
+                failure: None,
+            }],
+        };
+        let text = markdown(&report);
+        // Go/direct 0.50, this/direct 0.60, this/Go 1.20, p99 this/Go 0.50, CPU per op this/Go 0.50.
+        assert!(
+            text.contains("| put | 0.50 | 0.60 | 1.20 | 0.50 | 0.50 | 1.00, 1.00, 1.00 |"),
+            "{text}"
+        );
+        // CPU per 1,000 ops: 1 s of proxy CPU over 1000 ops is 1000 ms per 1k.
+        assert!(
+            text.contains("| put | this-proxy | 6000 | 1.00 | 4.00 | 8.0 | 0 | 1000.0 |"),
+            "{text}"
+        );
+        assert!(text.contains("this-proxy 7.0 MiB"), "{text}");
+    }
+}
