@@ -5,6 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ci/install-deps.sh
+ci/install-conformance-deps.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Docker only for the test run (the conformance suite's testcontainers backend): a private dockerd, stopped by its
+# pid when this script exits, even on failure. testcontainers-rs starts no Ryuk reaper; the suite removes its
+# containers itself.
+trap 'ci/docker-image.sh stop' EXIT
+eval "$(ci/docker-image.sh start)"
+export TESTCONTAINERS_RYUK_DISABLED=true
 cargo test --workspace --locked

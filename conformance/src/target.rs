@@ -113,3 +113,65 @@ pub async fn start_proxy(etcd_endpoint: &str) -> Result<Served, String> {
         task: Some(task),
     })
 }
+
+/// Serves a fresh one-member model etcd of the simulation (`sim::model`) on a free loopback port, through
+/// `proxy::net::TokioNet`, on a thread of its own (like the proxy). The seed fixes its IDs.
+pub async fn start_model(seed: u64) -> Result<Served, String> {
+    use proxy::net::Net as _;
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = oneshot::channel::<Result<SocketAddr, String>>();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("conformance-model".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = addr_tx.send(Err(format!("model runtime: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
+                let listener = match proxy::net::TokioNet.bind(listen).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = addr_tx.send(Err(format!("bind the model: {e}")));
+                        return;
+                    }
+                };
+                let addr = match listener.local_addr() {
+                    Ok(a) => a,
+                    Err(e) => {
+                        let _ = addr_tx.send(Err(format!("model address: {e}")));
+                        return;
+                    }
+                };
+                let cluster = sim::model::Cluster::new(1, seed);
+                cluster.set_client_urls(0, vec![format!("http://{addr}")]);
+                let _ = addr_tx.send(Ok(addr));
+                let shutdown = async {
+                    let _ = stop_rx.await;
+                };
+                if let Err(e) = sim::model::serve(cluster, 0, listener, shutdown).await {
+                    eprintln!("conformance: the model at {addr} stopped with an error: {e}");
+                }
+            });
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| format!("model thread: {e}"))?;
+    let addr = addr_rx
+        .await
+        .map_err(|_| "the model thread ended early".to_string())??;
+    let task = tokio::spawn(async move {
+        let _ = done_rx.await;
+    });
+    Ok(Served {
+        addr,
+        stop: Some(stop_tx),
+        task: Some(task),
+    })
+}
