@@ -41,6 +41,9 @@ impl Etcdctl {
         let mut cmd = Command::new(&self.bin);
         cmd.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint))
+            // etcdctl's default 5 s is short for bcrypt authentication on a loaded 2-core CI machine; a
+            // scenario's own --command-timeout comes later and wins.
+            .arg("--command-timeout=20s")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
