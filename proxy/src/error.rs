@@ -43,9 +43,14 @@ pub fn to_client(status: Status) -> Status {
         return rewritten;
     }
     if status.source().is_some() {
-        // A failure of the proxy's own connection to etcd, not an answer from etcd: keep the code, drop the
-        // transport internals from the client's view but keep them in the message for diagnosis.
-        return Status::new(status.code(), status.message().to_string());
+        // A failure of the proxy's own connection to etcd, not an answer from etcd. The outcome of the call is
+        // unknown, which etcd's clients read from Unavailable (tonic reports a broken connection as Unknown or
+        // Internal); the transport internals stay out of the client's view but in the message for diagnosis.
+        let code = match status.code() {
+            Code::Unknown | Code::Internal => Code::Unavailable,
+            code => code,
+        };
+        return Status::new(code, status.message().to_string());
     }
     status
 }
@@ -126,6 +131,19 @@ mod tests {
         assert!(is_endpoint_failure(&Status::unavailable(
             "etcdserver: no leader"
         )));
+    }
+
+    #[test]
+    fn a_broken_connection_reaches_the_client_as_unavailable() {
+        let broken = Status::from_error(Box::new(std::io::Error::from(
+            std::io::ErrorKind::BrokenPipe,
+        )));
+        assert_eq!(broken.code(), Code::Unknown, "tonic's view");
+        assert_eq!(to_client(broken).code(), Code::Unavailable);
+        assert_eq!(
+            to_client(Status::unknown("an answer from etcd")).code(),
+            Code::Unknown
+        );
     }
 
     #[test]

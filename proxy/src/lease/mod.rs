@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
+use crate::upstream::outbound::{OnDrop, Outbound};
 use crate::upstream::{BoxStream, Forwarded, Retry, Upstream, forward_unary};
 use coalescer::{Answer, Renew, Waiter};
 
@@ -90,47 +91,13 @@ fn client_stream(
         // Half-close: `answers` is dropped here, so the stream ends once every pending request is answered.
     });
     metrics.lease_client_streams.inc();
-    let state = ClientStream {
-        answers: answers_rx,
+    let outbound = Outbound {
+        items: answers_rx,
         abort: abort_rx,
         shutdown,
-        metrics,
-        done: false,
     };
-    Box::pin(futures::stream::unfold(state, |mut stream| async move {
-        let item = stream.next().await?;
-        Some((item, stream))
-    }))
-}
-
-struct ClientStream {
-    answers: mpsc::Receiver<Answer>,
-    abort: mpsc::Receiver<Status>,
-    shutdown: watch::Receiver<bool>,
-    metrics: Metrics,
-    done: bool,
-}
-
-impl ClientStream {
-    async fn next(&mut self) -> Option<Result<LeaseKeepAliveResponse, Status>> {
-        if self.done {
-            return None;
-        }
-        let item = tokio::select! {
-            biased;
-            Some(status) = self.abort.recv() => Some(Err(status)),
-            Ok(_) = self.shutdown.wait_for(|down| *down) => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
-            answer = self.answers.recv() => answer.map(|(result, _permit)| result),
-        };
-        self.done = !matches!(item, Some(Ok(_)));
-        item
-    }
-}
-
-impl Drop for ClientStream {
-    fn drop(&mut self) {
-        self.metrics.lease_client_streams.dec();
-    }
+    let gauge = OnDrop(move || metrics.lease_client_streams.dec());
+    outbound.into_stream(|(answer, _permit): Answer| answer, gauge)
 }
 
 #[tonic::async_trait]

@@ -64,13 +64,14 @@ impl Upstream {
         Ok(())
     }
 
-    /// A unary call. `call` performs it on the given channel.
-    pub async fn unary<Req, Resp, F, Fut>(
+    /// Makes a call on the active endpoint, repeating it on the next one after an endpoint failure when `retry`
+    /// allows, until the client's deadline (or [`DEFAULT_RETRY_WINDOW`]). Returns the endpoint that answered.
+    async fn with_retries<Req, Resp, F, Fut>(
         self: &Arc<Self>,
         retry: Retry,
         request: Request<Req>,
         call: F,
-    ) -> Result<Response<Resp>, Status>
+    ) -> Result<(usize, Resp), Status>
     where
         Req: prost::Message + Clone,
         F: Fn(Channel, Request<Req>) -> Fut,
@@ -87,13 +88,29 @@ impl Upstream {
             attempt += 1;
             let (index, channel) = self.active();
             match call(channel, forwarded.request(message.clone())).await {
-                Ok(response) => return Ok(Response::new(response.into_inner())),
+                Ok(response) => return Ok((index, response.into_inner())),
                 Err(status) => {
                     self.after_failure(index, status, retry, deadline, attempt)
                         .await?
                 }
             }
         }
+    }
+
+    /// A unary call. `call` performs it on the given channel.
+    pub async fn unary<Req, Resp, F, Fut>(
+        self: &Arc<Self>,
+        retry: Retry,
+        request: Request<Req>,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message + Clone,
+        F: Fn(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let (_, response) = self.with_retries(retry, request, call).await?;
+        Ok(Response::new(response))
     }
 
     /// A call with one request and a stream of responses (Snapshot, Observe). Opening it is retried like a read.
@@ -108,26 +125,7 @@ impl Upstream {
         F: Fn(Channel, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<Streaming<Resp>>, Status>>,
     {
-        let (index, response) = {
-            let forwarded = Forwarded::capture(&request);
-            let message = request.into_inner();
-            self.check_send(&message)?;
-            let deadline = forwarded
-                .deadline
-                .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
-                let (index, channel) = self.active();
-                match call(channel, forwarded.request(message.clone())).await {
-                    Ok(response) => break (index, response.into_inner()),
-                    Err(status) => {
-                        self.after_failure(index, status, Retry::ReadOnly, deadline, attempt)
-                            .await?
-                    }
-                }
-            }
-        };
+        let (index, response) = self.with_retries(Retry::ReadOnly, request, call).await?;
         Ok(Response::new(self.relay(index, response)))
     }
 

@@ -8,6 +8,7 @@
 mod call;
 mod forward;
 mod macros;
+pub mod outbound;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

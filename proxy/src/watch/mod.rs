@@ -18,11 +18,12 @@ use futures::StreamExt;
 use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::watch_server::Watch;
 use proto::etcdserverpb::{WatchRequest, WatchResponse};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
+use crate::upstream::outbound::{OnDrop, Outbound};
 use crate::upstream::{BoxStream, Upstream};
 use actor::{Actor, Command, Registry};
 use hub::{Hub, HubConfig, StreamId, StreamSink};
@@ -128,21 +129,16 @@ impl Watch for WatchService {
             commands.clone(),
             abort,
         ));
-        let state = ClientWatchStream {
-            responses: responses_rx,
+        let outbound = Outbound {
+            items: responses_rx,
             abort: abort_rx,
             shutdown: self.upstream.shutdown_signal(),
-            commands,
-            stream,
-            done: false,
         };
-        Ok(Response::new(Box::pin(futures::stream::unfold(
-            state,
-            |mut state| async move {
-                let item = state.next().await?;
-                Some((item, state))
-            },
-        ))))
+        // When the client is gone, its watchers go too.
+        let close = OnDrop(move || {
+            let _ = commands.send(Command::Close { stream });
+        });
+        Ok(Response::new(outbound.into_stream(Ok, close)))
     }
 }
 
@@ -174,43 +170,5 @@ async fn read_requests(
         if commands.send(command).is_err() {
             return;
         }
-    }
-}
-
-/// The response side of one client stream; dropping it (the client went away) closes the stream in its hub.
-struct ClientWatchStream {
-    responses: mpsc::Receiver<WatchResponse>,
-    abort: mpsc::Receiver<Status>,
-    shutdown: watch::Receiver<bool>,
-    commands: mpsc::UnboundedSender<Command>,
-    stream: StreamId,
-    done: bool,
-}
-
-impl ClientWatchStream {
-    async fn next(&mut self) -> Option<Result<WatchResponse, Status>> {
-        if self.done {
-            return None;
-        }
-        let item = tokio::select! {
-            biased;
-            Some(status) = self.abort.recv() => Err(status),
-            Ok(_) = self.shutdown.wait_for(|down| *down) => Err(Status::unavailable("etcd-grpc-proxy: shutting down")),
-            Some(response) = self.responses.recv() => Ok(response),
-            else => {
-                self.done = true;
-                return None;
-            }
-        };
-        self.done = item.is_err();
-        Some(item)
-    }
-}
-
-impl Drop for ClientWatchStream {
-    fn drop(&mut self) {
-        let _ = self.commands.send(Command::Close {
-            stream: self.stream,
-        });
     }
 }

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use crate::model::{History, LeaseEnd, StreamKind};
 
-/// Whether the proxy coalesces keep-alive streams. The lease coalescing work flips this to `true`; until then the
-/// proxy forwards each client stream 1:1 and the bound is one upstream stream per client stream.
-pub const KEEPALIVE_STREAMS_COALESCED: bool = false;
+/// Whether the proxy coalesces keep-alive streams: it does, so all client streams of one proxy share one
+/// upstream stream (without coalescing the bound would be one upstream stream per client stream).
+pub const KEEPALIVE_STREAMS_COALESCED: bool = true;
 
 /// How many upstream keep-alive streams `clients` client streams through one proxy may cause at the same time.
 pub fn expected_upstream_keepalive_streams(clients: usize) -> usize {

@@ -34,13 +34,10 @@ use watchers::{WatcherSpec, run_watcher};
 /// upstream watcher, which the hub must bring up to date first.
 pub const REVISION_LAG_BOUND: i64 = 0;
 
-/// Known proxy defect, found by this simulation: a write in flight when the proxy's connection to a member breaks
-/// reaches the client as `Unknown: transport error` (the proxy keeps tonic's code for transport failures), where a
-/// client of etcd itself gets `Unavailable`, the code etcd clients read as "outcome unknown". Until the proxy maps
-/// it, the failover scenario accepts exactly this failure for writes and lists each occurrence in the report;
-/// empty this list when the proxy is fixed, and the checker will hold the proxy to etcd's code.
-pub const TOLERATED_WRITE_FAILURES: &[ToleratedWriteFailure] =
-    &[(tonic::Code::Unknown, "transport error")];
+/// Write failures the failover check accepts beyond etcd's own codes. It once held the proxy's defect of reporting
+/// a write cut off by a broken connection as `Unknown: transport error` (etcd's clients get `Unavailable`); the
+/// proxy now maps it, so nothing is tolerated and the checker holds the proxy to etcd's codes.
+pub const TOLERATED_WRITE_FAILURES: &[ToleratedWriteFailure] = &[];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scenario {
