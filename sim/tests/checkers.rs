@@ -317,6 +317,15 @@ fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
     // A stream replaced by another (no overlap in use) is one at a time.
     let sequential = lease_history(None, &[(0.0, 2.0), (2.5, 5.0)]);
     assert!(check_leases(&sequential, &[lease_client(None)], 1, secs(8.0)).is_empty());
+    // Requests held on the old stream's link and delivered just after the new stream started are not a second
+    // stream in use; a longer parallel use is.
+    let held = lease_history(None, &[(0.0, 2.5), (2.0, 5.0)]);
+    assert!(check_leases(&held, &[lease_client(None)], 1, secs(8.0)).is_empty());
+    let parallel = lease_history(None, &[(0.0, 3.5), (2.0, 5.0)]);
+    assert_eq!(
+        check_leases(&parallel, &[lease_client(None)], 1, secs(8.0)).len(),
+        1
+    );
 }
 
 #[test]

@@ -8,6 +8,12 @@ use crate::model::{History, LeaseEnd, StreamKind};
 /// upstream stream (without coalescing the bound would be one upstream stream per client stream).
 pub const KEEPALIVE_STREAMS_COALESCED: bool = true;
 
+/// Requests a member receives on a stream the proxy has already left behind: messages sent before the proxy
+/// moved to another stream, delivered late because the link held them or was slow. A member sees them arrive, but
+/// the proxy sent them while that stream was its only one, so the last `DELIVERY_SLACK` of a stream's requests do
+/// not count as use. A second stream used in parallel for longer than this is still caught.
+pub const DELIVERY_SLACK: Duration = Duration::from_secs(1);
+
 /// How many upstream keep-alive streams `clients` client streams through one proxy may cause at the same time.
 pub fn expected_upstream_keepalive_streams(clients: usize) -> usize {
     if KEEPALIVE_STREAMS_COALESCED {
@@ -36,10 +42,30 @@ pub fn check_leases(
     run_end: Duration,
 ) -> Vec<String> {
     let mut violations = Vec::new();
-    let streams = history.max_concurrent_streams(StreamKind::LeaseKeepAlive);
+    let in_use = history
+        .streams
+        .iter()
+        .filter(|s| s.kind == StreamKind::LeaseKeepAlive)
+        .filter_map(|s| {
+            let (first, last) = (s.first_request_at?, s.last_request_at?);
+            Some((first, last.saturating_sub(DELIVERY_SLACK).max(first)))
+        });
+    let streams = crate::model::max_overlap(in_use);
     if streams > max_upstream_streams {
+        let records: Vec<String> = history
+            .streams
+            .iter()
+            .filter(|s| s.kind == StreamKind::LeaseKeepAlive)
+            .map(|s| {
+                format!(
+                    "member {} opened {:?} requests {:?}..{:?} closed {:?}",
+                    s.member, s.opened_at, s.first_request_at, s.last_request_at, s.closed_at
+                )
+            })
+            .collect();
         violations.push(format!(
-            "{streams} upstream keep-alive streams were in use at once (bound {max_upstream_streams})"
+            "{streams} upstream keep-alive streams were in use at once (bound {max_upstream_streams}); \
+             streams: {records:?}"
         ));
     }
     for log in logs {

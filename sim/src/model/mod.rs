@@ -22,6 +22,8 @@ mod watch_service;
 
 pub use cluster::Cluster;
 pub use cluster_service::MODEL_VERSION;
-pub use history::{History, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind, StreamRecord};
+pub use history::{
+    History, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind, StreamRecord, max_overlap,
+};
 pub use serve::serve;
 pub use store::Store;
