@@ -4,8 +4,9 @@
 //!
 //! - [`net`]: the `Net` seam, the only code that touches sockets (`TokioNet` in production).
 //! - [`server`]: one listener for gRPC and the HTTP admin routes, per-RPC metrics, graceful shutdown.
-//! - [`kv`], [`watch`], [`lease`], [`cluster`], [`passthrough`]: the etcd services (Maintenance, Auth, Election
-//!   and Lock are plain pass-throughs).
+//! - [`kv`], [`cluster`], [`passthrough`]: KV, Cluster, Maintenance, Auth, Election and Lock, forwarded.
+//! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
+//! - [`lease`]: lease RPCs forwarded; all keep-alive streams coalesced onto one upstream stream.
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
