@@ -58,7 +58,7 @@ impl Drop for Served {
 }
 
 /// Starts the proxy in front of `etcd_endpoint` on a free loopback port, on a thread of its own with its own
-/// runtime (its `serve` future is not `Send`, and a runtime of its own keeps it apart from etcdctl plumbing).
+/// runtime (a runtime of its own keeps it apart from etcdctl plumbing).
 pub async fn start_proxy(etcd_endpoint: &str) -> Result<Served, String> {
     let endpoint = proxy::Endpoint::parse(etcd_endpoint)?;
     let listen: SocketAddr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;

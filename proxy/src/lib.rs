@@ -113,3 +113,22 @@ pub async fn run(
 ) -> Result<(), StartError> {
     BoundProxy::bind(config, net).await?.serve(shutdown).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    /// Callers (the binary, tests, the simulation) spawn the proxy on a multi-threaded runtime.
+    #[test]
+    fn the_whole_proxy_is_a_send_future() {
+        let config = Config::new(
+            vec![Endpoint::parse("127.0.0.1:2379").unwrap()],
+            ([127, 0, 0, 1], 0).into(),
+            1,
+        );
+        let running = run(config, Arc::new(net::TokioNet), std::future::pending());
+        assert_send(&running);
+    }
+}

@@ -24,7 +24,7 @@ use tower::ServiceExt;
 use crate::config::Config;
 use crate::metrics::{self, Metrics};
 use crate::net::Listener;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, shutting_down};
 
 /// What every request handler needs.
 pub struct App {
@@ -99,7 +99,7 @@ pub async fn serve(
     let connection_shutdown = shutdown.clone();
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|down| *down) => break,
+            _ = shutting_down(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
                 Ok((conn, peer)) => {
                     tracing::debug!(%peer, "client connected");
@@ -137,7 +137,7 @@ async fn serve_connection(
             }
             return;
         }
-        _ = shutdown.wait_for(|down| *down) => {}
+        _ = shutting_down(&mut shutdown) => {}
     }
     connection.as_mut().graceful_shutdown();
     if tokio::time::timeout(grace, connection).await.is_err() {

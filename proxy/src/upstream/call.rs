@@ -164,10 +164,9 @@ impl<Resp> Relay<Resp> {
         if self.done {
             return None;
         }
-        let shutting_down = self.shutdown.wait_for(|down| *down);
         let item = tokio::select! {
             biased;
-            Ok(_) = shutting_down => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
+            _ = super::shutting_down(&mut self.shutdown) => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
             item = self.stream.next() => match item {
                 Some(Err(status)) if error::is_endpoint_failure(&status) => {
                     self.upstream.report_failure(self.index);

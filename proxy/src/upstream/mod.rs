@@ -110,7 +110,7 @@ impl Upstream {
         (index, self.members[index].channel.clone())
     }
 
-    /// Becomes true when the proxy shuts down; streams end then.
+    /// Becomes true when the proxy shuts down; streams end then (wait on it with [`shutting_down`]).
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
     }
@@ -185,7 +185,7 @@ impl Upstream {
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
                 // A probe must not outlive the proxy.
-                _ = shutdown.wait_for(|down| *down) => return,
+                _ = shutting_down(&mut shutdown) => return,
             }
             let mut client = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
                 member.channel.clone(),
@@ -212,6 +212,17 @@ impl Upstream {
             }
             backoff = (backoff * 2).min(PROBE_BACKOFF_MAX);
         }
+    }
+}
+
+/// Completes when `signal` turns true (the proxy shuts down); never if its sender is gone without that.
+///
+/// Unlike `wait_for` used directly in a `select!`, it holds no borrow of the channel's value when it completes, so
+/// the futures that wait on it stay `Send`.
+pub async fn shutting_down(signal: &mut watch::Receiver<bool>) {
+    let sender_gone = signal.wait_for(|down| *down).await.is_err();
+    if sender_gone {
+        std::future::pending::<()>().await;
     }
 }
 

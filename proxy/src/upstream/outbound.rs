@@ -34,7 +34,7 @@ impl<T: Send + 'static> Outbound<T> {
                 let item = tokio::select! {
                     biased;
                     Some(status) = outbound.abort.recv() => Err(status),
-                    Ok(_) = outbound.shutdown.wait_for(|down| *down) => {
+                    _ = super::shutting_down(&mut outbound.shutdown) => {
                         Err(Status::unavailable("etcd-grpc-proxy: shutting down"))
                     }
                     item = outbound.items.recv() => match item {
