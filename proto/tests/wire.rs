@@ -434,7 +434,7 @@ fn watch_response_decodes_etcd_bytes() {
     let ev = &resp.events[0];
     assert_eq!(ev.r#type(), mvccpb::event::EventType::Delete);
     let kv = ev.kv.as_ref().expect("kv");
-    assert_eq!((kv.key.as_slice(), kv.mod_revision), (&b"a"[..], 9));
+    assert_eq!((kv.key.as_ref(), kv.mod_revision), (&b"a"[..], 9));
     assert!(ev.prev_kv.is_none());
 }
 

@@ -163,8 +163,11 @@ async fn assert_acknowledged_puts_readable(ch: Channel, prefix: &str, log: &Log)
         .await
         .expect("final range")
         .into_inner();
-    let stored: std::collections::HashMap<Vec<u8>, Vec<u8>> =
-        got.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    let stored: std::collections::HashMap<Vec<u8>, Vec<u8>> = got
+        .kvs
+        .into_iter()
+        .map(|kv| (kv.key.to_vec(), kv.value.to_vec()))
+        .collect();
     let missing: Vec<&str> = log
         .puts
         .iter()

@@ -131,7 +131,7 @@ async fn request_over_max_recv_bytes_is_resource_exhausted_and_proxy_keeps_servi
         .expect("range on a new connection")
         .into_inner();
     assert_eq!(got.kvs.len(), 1);
-    assert_eq!(got.kvs[0].value, b"ok");
+    assert_eq!(got.kvs[0].value, &b"ok"[..]);
     let mut direct = KvClient::new(channel(&etcd.endpoint(0)).await);
     let big_direct = direct
         .range(RangeRequest {
@@ -189,7 +189,7 @@ async fn auth_token_metadata_reaches_etcd_and_errors_match_direct() {
         .expect("range with a valid token through the proxy")
         .into_inner();
     assert_eq!(ok.kvs.len(), 1);
-    assert_eq!(ok.kvs[0].value, b"v");
+    assert_eq!(ok.kvs[0].value, &b"v"[..]);
 
     for (what, token) in [("no token", None), ("a bogus token", Some("bogus.1"))] {
         let req = |r| match token {
@@ -275,7 +275,7 @@ async fn watch_with_hasleader_metadata_works_through_proxy() {
     assert_eq!(event.events.len(), 1, "{event:?}");
     let kv = event.events[0].kv.as_ref().expect("event kv");
     assert_eq!(
-        (kv.key.as_slice(), kv.value.as_slice()),
+        (kv.key.as_ref(), kv.value.as_ref()),
         (&b"hl"[..], &b"1"[..])
     );
     drop(tx);

@@ -148,6 +148,10 @@ async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
     ] {
         let event = next(stream).await;
         assert_eq!(event.events.len(), 1, "{who}: {event:?}");
-        assert_eq!(event.events[0].kv.as_ref().unwrap().value, b"v", "{who}");
+        assert_eq!(
+            event.events[0].kv.as_ref().unwrap().value,
+            &b"v"[..],
+            "{who}"
+        );
     }
 }

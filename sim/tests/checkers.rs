@@ -125,7 +125,7 @@ fn watch_checker_applies_range_filters_and_prev_kv() {
     let mut log = watcher(
         history
             .events_between(2, 6)
-            .filter(|e| e.kv.as_ref().unwrap().key == b"a" && e.r#type == 0)
+            .filter(|e| e.kv.as_ref().unwrap().key == b"a"[..] && e.r#type == 0)
             .cloned()
             .collect(),
     );

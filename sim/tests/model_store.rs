@@ -45,7 +45,7 @@ fn keys(store: &Store, request: &RangeRequest) -> Vec<String> {
         .unwrap()
         .kvs
         .iter()
-        .map(|kv| String::from_utf8(kv.key.clone()).unwrap())
+        .map(|kv| String::from_utf8(kv.key.to_vec()).unwrap())
         .collect()
 }
 
@@ -146,7 +146,7 @@ fn historical_reads_future_and_compacted_revisions_follow_etcd() {
     put(&mut store, "b", "3"); // 4
     let mut at = get("a", "");
     at.revision = 2;
-    assert_eq!(store.range(&at).unwrap().kvs[0].value, b"1");
+    assert_eq!(store.range(&at).unwrap().kvs[0].value, &b"1"[..]);
     // The header of a historical read carries the current revision.
     assert_eq!(store.range(&at).unwrap().header.unwrap().revision, 4);
     at.revision = 5;
@@ -154,7 +154,7 @@ fn historical_reads_future_and_compacted_revisions_follow_etcd() {
     store.compact(3, T0).unwrap();
     // Checked on etcd 3.4.23: after `compaction 3`, `get --rev=3` works and `get --rev=2` is compacted.
     at.revision = 3;
-    assert_eq!(store.range(&at).unwrap().kvs[0].value, b"2");
+    assert_eq!(store.range(&at).unwrap().kvs[0].value, &b"2"[..]);
     at.revision = 2;
     assert_eq!(store.range(&at).unwrap_err(), StoreError::Compacted);
     assert_eq!(store.compact(3, T0).unwrap_err(), StoreError::Compacted);
@@ -250,8 +250,8 @@ fn put_flags_and_their_errors() {
             T0,
         )
         .unwrap();
-    assert_eq!(kept.prev_kv.unwrap().value, b"v");
-    assert_eq!(store.range(&get("k", "")).unwrap().kvs[0].value, b"v");
+    assert_eq!(kept.prev_kv.unwrap().value, &b"v"[..]);
+    assert_eq!(store.range(&get("k", "")).unwrap().kvs[0].value, &b"v"[..]);
 }
 
 #[test]

@@ -67,7 +67,7 @@ fn tonic_and_etcd_client_reach_the_model_through_the_proxy() {
         let created = events.message().await?.unwrap();
         assert!(created.created);
         let first = events.message().await?.unwrap();
-        assert_eq!(first.events[0].kv.as_ref().unwrap().value, b"hello");
+        assert_eq!(first.events[0].kv.as_ref().unwrap().value, &b"hello"[..]);
 
         let mut client = etcd_client("proxy:23790").await?;
         let got = client.get("greeting", None).await?;

@@ -1,6 +1,11 @@
 //! The response side of a client stream fed by a proxy task (a watch hub, the keep-alive coalescer): items in
 //! order, an out-of-band status that ends the stream (a slow consumer, a bad request), and the proxy's shutdown.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
@@ -19,34 +24,68 @@ pub struct Outbound<T> {
 impl<T: Send + 'static> Outbound<T> {
     /// The client's response stream. `into_response` turns an item into what the client receives (an `Err` ends
     /// the stream); `on_end` is kept until the stream is dropped, for what must happen when the client is gone.
-    pub fn into_stream<R, F>(self, into_response: F, on_end: impl Send + 'static) -> BoxStream<R>
+    pub fn into_stream<R, F>(
+        self,
+        into_response: F,
+        on_end: impl Send + Unpin + 'static,
+    ) -> BoxStream<R>
     where
         R: Send + 'static,
-        F: Fn(T) -> Result<R, Status> + Send + 'static,
+        F: Fn(T) -> Result<R, Status> + Send + Unpin + 'static,
     {
-        let state = (self, into_response, on_end, false);
-        Box::pin(futures::stream::unfold(
-            state,
-            |(mut outbound, into_response, on_end, done)| async move {
-                if done {
-                    return None;
+        let mut shutdown = self.shutdown;
+        Box::pin(OutboundStream {
+            items: self.items,
+            abort: self.abort,
+            // Made once per stream: a watch stream can carry hundreds of thousands of items, and building the
+            // shutdown wait anew for each (as a `select!` per item would) showed up in profiles.
+            shutdown: Box::pin(async move { super::shutting_down(&mut shutdown).await }),
+            into_response,
+            _on_end: on_end,
+            done: false,
+        })
+    }
+}
+
+/// See [`Outbound::into_stream`]. Checks, in this order: an abort, the proxy's shutdown, the next item.
+struct OutboundStream<T, F, E> {
+    items: mpsc::Receiver<T>,
+    abort: mpsc::Receiver<Status>,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+    into_response: F,
+    _on_end: E,
+    done: bool,
+}
+
+impl<T, R, F, E> Stream for OutboundStream<T, F, E>
+where
+    F: Fn(T) -> Result<R, Status> + Unpin,
+    E: Unpin,
+{
+    type Item = Result<R, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let next = if let Poll::Ready(Some(status)) = this.abort.poll_recv(cx) {
+            Err(status)
+        } else if this.shutdown.as_mut().poll(cx).is_ready() {
+            Err(Status::unavailable("etcd-grpc-proxy: shutting down"))
+        } else {
+            match this.items.poll_recv(cx) {
+                Poll::Ready(Some(item)) => (this.into_response)(item),
+                // Every sender is gone: a clean end.
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
                 }
-                let item = tokio::select! {
-                    biased;
-                    Some(status) = outbound.abort.recv() => Err(status),
-                    _ = super::shutting_down(&mut outbound.shutdown) => {
-                        Err(Status::unavailable("etcd-grpc-proxy: shutting down"))
-                    }
-                    item = outbound.items.recv() => match item {
-                        Some(item) => into_response(item),
-                        // Every sender is gone: a clean end.
-                        None => return None,
-                    },
-                };
-                let done = item.is_err();
-                Some((item, (outbound, into_response, on_end, done)))
-            },
-        ))
+                Poll::Pending => return Poll::Pending,
+            }
+        };
+        this.done = next.is_err();
+        Poll::Ready(Some(next))
     }
 }
 

@@ -32,7 +32,7 @@ impl Interest {
 /// The events of an upstream batch that a client watcher must receive, given the revision of the next event it
 /// may receive (`next_rev`), which is advanced past every event of the batch, filtered ones included.
 pub fn select_events(events: &[Event], next_rev: &mut i64, interest: &Interest) -> Vec<Event> {
-    let mut selected = Vec::new();
+    let mut selected = Vec::with_capacity(events.len());
     let mut last_seen = None;
     for event in events {
         let revision = event.kv.as_ref().map_or(0, |kv| kv.mod_revision);
@@ -44,11 +44,16 @@ pub fn select_events(events: &[Event], next_rev: &mut i64, interest: &Interest) 
         if (is_put && interest.no_put) || (!is_put && interest.no_delete) {
             continue;
         }
-        let mut event = event.clone();
-        if !interest.prev_kv {
-            event.prev_kv = None;
-        }
-        selected.push(event);
+        // Field by field: the upstream watcher always asks for prev_kv, most watchers do not want it.
+        selected.push(Event {
+            r#type: event.r#type,
+            kv: event.kv.clone(),
+            prev_kv: if interest.prev_kv {
+                event.prev_kv.clone()
+            } else {
+                None
+            },
+        });
     }
     // Advance only after the batch: one transaction yields several events with the same revision.
     if let Some(revision) = last_seen {
@@ -94,13 +99,13 @@ mod tests {
         Event {
             r#type: kind as i32,
             kv: Some(KeyValue {
-                key: key.into(),
+                key: key.as_bytes().to_vec().into(),
                 mod_revision: revision,
-                value: vec![b'v'; 10],
+                value: vec![b'v'; 10].into(),
                 ..Default::default()
             }),
             prev_kv: Some(KeyValue {
-                key: key.into(),
+                key: key.as_bytes().to_vec().into(),
                 ..Default::default()
             }),
         }

@@ -118,6 +118,8 @@ pub struct Hub {
     creates_in_flight: VecDeque<Option<i64>>,
     /// Requests to send upstream.
     pub outbox: Vec<WatchRequest>,
+    /// Client watchers of every stream (kept as a count: summing them per response would cost O(streams)).
+    client_watchers: i64,
     /// This hub's share of the watcher gauges (client watchers, upstream watchers), last reported.
     reported: (i64, i64),
 }
@@ -137,6 +139,7 @@ impl Hub {
             invalid_creates: VecDeque::new(),
             creates_in_flight: VecDeque::new(),
             outbox: Vec::new(),
+            client_watchers: 0,
             reported: (0, 0),
         }
     }
@@ -164,6 +167,7 @@ impl Hub {
     /// The client stream ended (cancelled or disconnected): drop all its watchers.
     pub fn close_stream(&mut self, id: StreamId) {
         if let Some(stream) = self.streams.remove(&id) {
+            self.client_watchers -= stream.watchers.len() as i64;
             for (watch_id, watcher) in stream.watchers {
                 self.detach(watcher.sw, (id, watch_id));
             }
@@ -262,6 +266,7 @@ impl Hub {
             announced: false,
         };
         stream.watchers.insert(watch_id, watcher);
+        self.client_watchers += 1;
         stream.slots.push_back(Slot {
             watch_id: Some(watch_id),
             waiting: true,
@@ -315,6 +320,7 @@ impl Hub {
         let Some(watcher) = stream.watchers.remove(&watch_id) else {
             return;
         };
+        self.client_watchers -= 1;
         self.detach(watcher.sw, (stream_id, watch_id));
         let reply = WatchResponse {
             header: Some(self.latest_header),
@@ -498,6 +504,7 @@ impl Hub {
             let Some(watcher) = stream.watchers.remove(&watch_id) else {
                 continue;
             };
+            self.client_watchers -= 1;
             // A create etcd refused is answered with watch ID -1, as etcd answers it.
             let refused = response.created && !watcher.created;
             let reply = WatchResponse {
@@ -788,11 +795,14 @@ impl Hub {
 
     /// Adds this hub's change in watcher counts to the proxy-wide gauges (several hubs share them).
     fn update_gauges(&mut self) {
-        let clients = self
-            .streams
-            .values()
-            .map(|s| s.watchers.len())
-            .sum::<usize>() as i64;
+        debug_assert_eq!(
+            self.client_watchers,
+            self.streams
+                .values()
+                .map(|s| s.watchers.len())
+                .sum::<usize>() as i64
+        );
+        let clients = self.client_watchers;
         let upstream = self.swatchers.len() as i64;
         let (old_clients, old_upstream) =
             std::mem::replace(&mut self.reported, (clients, upstream));
@@ -813,6 +823,7 @@ impl Hub {
 impl Drop for Hub {
     fn drop(&mut self) {
         self.streams.clear();
+        self.client_watchers = 0;
         self.swatchers.clear();
         self.update_gauges();
     }

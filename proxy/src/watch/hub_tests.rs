@@ -74,7 +74,7 @@ fn created(sw: i64, revision: i64) -> WatchResponse {
 
 fn put(sw: i64, key: &str, revision: i64) -> WatchResponse {
     let kv = KeyValue {
-        key: key.into(),
+        key: key.as_bytes().to_vec().into(),
         mod_revision: revision,
         ..Default::default()
     };

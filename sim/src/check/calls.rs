@@ -101,7 +101,7 @@ pub fn check_calls(
                 let landed = history
                     .events_between(*revision, *revision)
                     .filter_map(|e| e.kv.as_ref())
-                    .any(|kv| &kv.key == key && &kv.value == value);
+                    .any(|kv| kv.key == *key && kv.value == *value);
                 if !landed {
                     violations.push(format!(
                         "{label}: acknowledged at revision {revision}, but the model has no such put there"

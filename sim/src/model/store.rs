@@ -217,14 +217,14 @@ impl Store {
         let prev = self.get_at(&request.key, self.latest()).cloned();
         let value = match (&prev, request.ignore_value) {
             (Some(prev), true) => prev.value.clone(),
-            _ => request.value.clone(),
+            _ => request.value.clone().into(),
         };
         let lease = match (&prev, request.ignore_lease) {
             (Some(prev), true) => prev.lease,
             _ => request.lease,
         };
         let kv = KeyValue {
-            key: request.key.clone(),
+            key: request.key.clone().into(),
             create_revision: prev.as_ref().map_or(revision, |p| p.create_revision),
             mod_revision: revision,
             version: prev.as_ref().map_or(1, |p| p.version + 1),
@@ -274,7 +274,7 @@ impl Store {
         if prev.lease != 0
             && let Some(lease) = self.leases.get_mut(&prev.lease)
         {
-            lease.keys.remove(&prev.key);
+            lease.keys.remove(prev.key.as_ref());
         }
         let tombstone = KeyValue {
             key: prev.key.clone(),
@@ -287,7 +287,7 @@ impl Store {
     fn push_version(&mut self, kv: KeyValue, prev: Option<KeyValue>, kind: EventType) {
         let revision = self.write_revision();
         let live = (kind == EventType::Put).then(|| kv.clone());
-        self.keys.entry(kv.key.clone()).or_default().push(Version {
+        self.keys.entry(kv.key.to_vec()).or_default().push(Version {
             mod_revision: revision,
             kv: live,
         });

@@ -168,7 +168,7 @@ fn compare_kv(compare: &Compare, target: CompareTarget, kv: &KeyValue) -> bool {
                 Some(TargetUnion::Value(v)) => v,
                 _ => &[],
             };
-            kv.value.as_slice().cmp(wanted)
+            kv.value.as_ref().cmp(wanted)
         }
     };
     match CompareResult::try_from(compare.result).unwrap_or(CompareResult::Equal) {
