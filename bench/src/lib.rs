@@ -9,13 +9,14 @@
 //! - [`services`]: etcd, `etcd grpc-proxy start` and `etcd-grpc-proxy start` as child processes on free loopback
 //!   ports, killed when dropped.
 //! - [`load`]: the load generator (closed loop or fixed rate) and the scenarios.
-//! - [`meter`], [`upstream`]: what a run cost etcd and the proxy.
+//! - [`meter`], [`upstream`]: what a run cost etcd and the proxy; [`memory`]: a proxy's settled idle memory.
 //! - [`sys`]: free ports, a tiny HTTP GET, `/proc` readings.
 //! - [`results`], [`report`]: the data model and its outputs.
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.
 
 pub mod load;
+pub mod memory;
 pub mod meter;
 pub mod plan;
 pub mod report;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
+use crate::memory::{self, RssReading};
 use crate::sys::{http, procfs};
 use crate::upstream::{self, EtcdCounters, UpstreamLoad};
 
@@ -26,6 +27,9 @@ pub struct ServerCost {
     pub proxy_cpu_seconds: Option<f64>,
     /// The proxy's largest resident set seen during the window, KiB (sampled every 100 ms).
     pub proxy_peak_rss_kib: Option<u64>,
+    /// Length of the window from [`Meter::start`] to [`Meter::end`], seconds (for rates of etcd's counters).
+    #[serde(default)]
+    pub window_seconds: f64,
     /// The load that reached etcd in the window.
     pub upstream: UpstreamLoad,
     /// Readings that failed (a report shows them instead of silently zero numbers).
@@ -38,6 +42,7 @@ struct Readings {
     before: Option<EtcdCounters>,
     during: Option<EtcdCounters>,
     cpu_start: Option<(f64, Option<f64>)>,
+    started_at: Option<tokio::time::Instant>,
     cost: ServerCost,
     sampler: Option<JoinHandle<()>>,
 }
@@ -98,6 +103,11 @@ impl Meter {
         self.readings().baseline.as_ref().map(|c| c.watchers)
     }
 
+    /// The proxy's resident set once it has settled (see [`memory::settled_rss`]); None for direct etcd.
+    pub async fn settled_proxy_rss(&self) -> Option<RssReading> {
+        memory::settled_rss(self.proxy_pid?).await
+    }
+
     /// Measuring begins: etcd's counters and both processes' CPU are read now.
     pub async fn start(&self) {
         let counters = self.counters().await;
@@ -124,6 +134,7 @@ impl Meter {
             Err(e) => r.cost.problems.push(format!("at start: {e}")),
         }
         r.sampler = sampler;
+        r.started_at = Some(tokio::time::Instant::now());
     }
 
     /// The load is fully in place: etcd's gauges (watchers, watch streams) are read now.
@@ -145,6 +156,9 @@ impl Meter {
             sampler.abort();
         }
         r.cost.proxy_peak_rss_kib = *self.peak_rss.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(started_at) = r.started_at {
+            r.cost.window_seconds = started_at.elapsed().as_secs_f64();
+        }
         match (&r.cpu_start, cpu) {
             (Some((etcd0, proxy0)), Ok((etcd1, proxy1))) => {
                 let (etcd0, proxy0) = (*etcd0, *proxy0);

@@ -123,15 +123,21 @@ pub struct Sizes {
     /// Keys in the hot set read by the range and mixed scenarios.
     #[arg(long, default_value_t = 100)]
     pub hot_keys: usize,
-    /// Watchers in the watch fan-out scenario (one Watch stream each).
+    /// Watchers in the watch fan-out scenario.
     #[arg(long, default_value_t = 1000)]
     pub watchers: usize,
+    /// Watchers multiplexed on one Watch stream, as etcd's clients do for the watchers of one context (1: a
+    /// stream per watcher). Streams are spread over the connections in turn.
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "one")]
+    pub watchers_per_stream: usize,
     /// Connections the watchers are spread over.
     #[arg(long, default_value_t = 10)]
     pub watch_connections: usize,
-    /// Puts per second on the watched key.
-    #[arg(long, default_value_t = 50.0)]
-    pub watch_put_rate: f64,
+    /// Puts per second on the watched key; a comma-separated list runs the scenario once per rate.
+    #[arg(long = "watch-put-rate", value_delimiter = ',', default_values_t = [50.0])]
+    #[serde(alias = "watch_put_rate", deserialize_with = "one_or_many")]
+    pub watch_put_rates: Vec<f64>,
     /// Leases in the keep-alive scenario.
     #[arg(long, default_value_t = 1000)]
     pub leases: usize,
@@ -160,8 +166,9 @@ impl Sizes {
             put_keys: 50,
             hot_keys: 10,
             watchers: 6,
+            watchers_per_stream: 3,
             watch_connections: 2,
-            watch_put_rate: 20.0,
+            watch_put_rates: vec![20.0],
             leases: 6,
             lease_streams: 2,
             lease_ttl: 3,
@@ -169,6 +176,42 @@ impl Sizes {
             mixed_linearizable_pct: 20,
         }
     }
+
+    /// The sizes of issues 5 and 6: 10,000 watchers on one key over 100 connections (one stream of 100 watchers
+    /// each) at 1, 5 and 20 puts/s (up to 200,000 deliveries/s); 10,000 leases over 1,000 keep-alive streams on
+    /// 100 connections, TTL 15 s (the issue names none): each lease refreshed every 5 s, 2,000 keep-alives/s,
+    /// which two shared cores carry for etcd and a proxy alike.
+    pub fn scale() -> Self {
+        Self {
+            connections: 100,
+            watchers: 10_000,
+            watchers_per_stream: 100,
+            watch_connections: 100,
+            watch_put_rates: vec![1.0, 5.0, 20.0],
+            leases: 10_000,
+            lease_streams: 1_000,
+            lease_ttl: 15,
+            ..Self::quick()
+        }
+    }
+}
+
+fn one() -> usize {
+    1
+}
+
+/// Reads a list of rates, or a single rate as reports written before rates became a list have it.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(f64),
+        Many(Vec<f64>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(rate) => vec![rate],
+        OneOrMany::Many(rates) => rates,
+    })
 }
 
 /// Durations and repetitions.
@@ -191,6 +234,16 @@ impl Timing {
         Self {
             seconds: 0.5,
             warmup_seconds: 0.2,
+            rounds: 1,
+        }
+    }
+
+    /// One round of 10 s: the scale scenarios are long enough to measure in one go, and a fresh stack per
+    /// scenario (see [`Plan::fresh_stack`]) makes a second round of the same proxy process a different thing.
+    pub fn scale() -> Self {
+        Self {
+            seconds: 10.0,
+            warmup_seconds: 0.5,
             rounds: 1,
         }
     }
@@ -221,4 +274,93 @@ pub struct Plan {
     pub machine: String,
     /// The command that reproduces the run, for the report.
     pub command: String,
+    /// A fresh etcd and fresh proxies for every scenario case, so that each proxy's memory and upstream streams
+    /// are measured from a clean start rather than after earlier scenarios.
+    pub fresh_stack: bool,
+    /// Judge the watch and lease scenarios against the targets of issues 5 and 6 in the report.
+    pub check_targets: bool,
+}
+
+/// One scenario at one setting: the watch fan-out runs once per put rate, everything else once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Case {
+    pub scenario: Scenario,
+    /// The put rate of a watch fan-out case.
+    pub watch_put_rate: Option<f64>,
+}
+
+impl Case {
+    /// Every case of `scenarios` in order, the watch fan-out expanded over `sizes.watch_put_rates`.
+    pub fn all(scenarios: &[Scenario], sizes: &Sizes) -> Vec<Case> {
+        scenarios
+            .iter()
+            .flat_map(|&scenario| match scenario {
+                Scenario::WatchFanout => sizes
+                    .watch_put_rates
+                    .iter()
+                    .map(|&rate| Case {
+                        scenario,
+                        watch_put_rate: Some(rate),
+                    })
+                    .collect::<Vec<_>>(),
+                _ => vec![Case {
+                    scenario,
+                    watch_put_rate: None,
+                }],
+            })
+            .collect()
+    }
+
+    /// Names the case in reports: the scenario, and its put rate when the run has several.
+    pub fn variant(&self, sizes: &Sizes) -> Option<String> {
+        self.watch_put_rate
+            .filter(|_| sizes.watch_put_rates.len() > 1)
+            .map(|rate| format!("{rate} puts/s"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_fanout_expands_to_one_case_per_put_rate_named_by_its_rate() {
+        let sizes = Sizes::scale();
+        let cases = Case::all(&[Scenario::Put, Scenario::WatchFanout], &sizes);
+        let rates: Vec<_> = cases
+            .iter()
+            .map(|c| (c.scenario, c.watch_put_rate))
+            .collect();
+        assert_eq!(
+            rates,
+            vec![
+                (Scenario::Put, None),
+                (Scenario::WatchFanout, Some(1.0)),
+                (Scenario::WatchFanout, Some(5.0)),
+                (Scenario::WatchFanout, Some(20.0)),
+            ]
+        );
+        assert_eq!(cases[0].variant(&sizes), None);
+        assert_eq!(cases[2].variant(&sizes).as_deref(), Some("5 puts/s"));
+        let single = Case::all(&[Scenario::WatchFanout], &Sizes::quick());
+        assert_eq!(
+            single[0].variant(&Sizes::quick()),
+            None,
+            "one rate needs no name"
+        );
+    }
+
+    #[test]
+    fn a_single_put_rate_of_an_older_report_reads_as_a_list() {
+        let mut json = serde_json::to_value(Sizes::quick()).expect("sizes serialize");
+        let map = json.as_object_mut().expect("an object");
+        map.remove("watch_put_rates");
+        map.remove("watchers_per_stream");
+        map.insert("watch_put_rate".into(), serde_json::json!(50.0));
+        let sizes: Sizes = serde_json::from_value(json).expect("older sizes parse");
+        assert_eq!(
+            (sizes.watch_put_rates, sizes.watchers_per_stream),
+            (vec![50.0], 1)
+        );
+    }
 }

@@ -66,7 +66,34 @@ pub struct TargetSummary {
     pub upstream_per_client: f64,
     /// Keep-alive streams opened on etcd (lease scenario) or watch streams open on etcd (watch scenario).
     pub upstream_streams: f64,
+    /// Watchers registered in etcd with the load in place, beyond those before the run (watch scenario).
+    #[serde(default)]
+    pub upstream_watchers: f64,
+    /// Client Watch streams the watchers were multiplexed on (watch scenario).
+    #[serde(default)]
+    pub client_streams: Option<f64>,
     pub watch_completeness: Option<f64>,
+    /// Watch fan-out: put to last delivery, p50 and p99 over the complete puts.
+    #[serde(default)]
+    pub fanout_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub fanout_p99_ms: Option<f64>,
+    /// Watch fan-out: puts some watcher never received, summed over rounds.
+    #[serde(default)]
+    pub puts_incomplete: u64,
+    /// Watch fan-out: proxy memory per idle client watcher, KiB (None for direct etcd).
+    #[serde(default)]
+    pub idle_kib_per_watcher: Option<f64>,
+    /// Whether every idle-memory reading had settled (see `memory`).
+    #[serde(default)]
+    pub idle_memory_settled: Option<bool>,
+    /// Stream messages reaching etcd per second of the window (LeaseKeepAlive for the lease scenario).
+    #[serde(default)]
+    pub upstream_msgs_per_second: Option<f64>,
+    /// Streams open on etcd with the load in place, beyond those open before the run (LeaseKeepAlive for the
+    /// lease scenario, Watch for the watch scenario).
+    #[serde(default)]
+    pub upstream_streams_open: f64,
 }
 
 /// The middle value (mean of the two middle ones for an even count); None for no values.
@@ -125,13 +152,60 @@ impl TargetSummary {
             })
             .unwrap_or(0.0),
             watch_completeness: med(&|r| r.watch.as_ref().map(|w| w.completeness)),
+            upstream_watchers: med(&|r| Some(r.server.upstream.watchers as f64)).unwrap_or(0.0),
+            client_streams: med(&|r| r.watch.as_ref().map(|w| w.streams as f64)),
+            fanout_p50_ms: med(&|r| r.watch.as_ref()?.fanout.as_ref().map(|l| l.p50_ms)),
+            fanout_p99_ms: med(&|r| r.watch.as_ref()?.fanout.as_ref().map(|l| l.p99_ms)),
+            puts_incomplete: runs
+                .iter()
+                .filter_map(|r| r.watch.as_ref())
+                .map(|w| w.puts.saturating_sub(w.puts_complete))
+                .sum(),
+            idle_kib_per_watcher: med(&|r| r.watch.as_ref()?.idle_memory?.kib_per_watcher()),
+            idle_memory_settled: runs
+                .iter()
+                .filter_map(|r| r.watch.as_ref()?.idle_memory)
+                .map(|m| m.settled())
+                .reduce(|a, b| a && b),
+            upstream_msgs_per_second: med(&|r| {
+                let msgs = r
+                    .server
+                    .upstream
+                    .stream_msgs
+                    .get(stream_method(scenario)?)?;
+                (r.server.window_seconds > 0.0).then(|| *msgs as f64 / r.server.window_seconds)
+            }),
+            upstream_streams_open: med(&|r| {
+                let method = stream_method(scenario)?;
+                Some(
+                    r.server
+                        .upstream
+                        .streams_open
+                        .get(method)
+                        .copied()
+                        .unwrap_or(0) as f64,
+                )
+            })
+            .unwrap_or(0.0),
         })
+    }
+}
+
+/// The streaming method a scenario's load travels on, if any.
+fn stream_method(scenario: Scenario) -> Option<&'static str> {
+    match scenario {
+        Scenario::WatchFanout => Some("Watch"),
+        Scenario::LeaseKeepalive => Some("LeaseKeepAlive"),
+        _ => None,
     }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScenarioResult {
     pub scenario: Scenario,
+    /// Which setting of the scenario this is, when a run has several (the watch fan-out's put rates).
+    #[serde(default)]
+    pub variant: Option<String>,
     /// Its size in words, for the report.
     pub size: String,
     pub runs: Vec<Run>,
@@ -139,16 +213,25 @@ pub struct ScenarioResult {
 }
 
 impl ScenarioResult {
-    pub fn new(scenario: Scenario, size: String, runs: Vec<Run>) -> Self {
+    pub fn new(scenario: Scenario, variant: Option<String>, size: String, runs: Vec<Run>) -> Self {
         let summaries = Target::ALL
             .iter()
             .filter_map(|t| TargetSummary::of(scenario, *t, &runs))
             .collect();
         Self {
             scenario,
+            variant,
             size,
             runs,
             summaries,
+        }
+    }
+
+    /// The scenario's label, with its variant if it has one (`watch-fanout 5 puts/s`).
+    pub fn name(&self) -> String {
+        match &self.variant {
+            Some(variant) => format!("{} {variant}", self.scenario.label()),
+            None => self.scenario.label().to_string(),
         }
     }
 
@@ -176,6 +259,9 @@ pub struct Report {
     pub sizes: Sizes,
     pub timing: Timing,
     pub seed: u64,
+    /// Whether the report judges the watch and lease scenarios against the targets of issues 5 and 6.
+    #[serde(default)]
+    pub check_targets: bool,
     pub versions: Vec<VersionResult>,
 }
 

@@ -1,6 +1,6 @@
-//! The side-by-side run: for each etcd version a fresh [`Stack`] (etcd, its Go proxy, this proxy); for each
-//! scenario, rounds that visit direct, Go proxy and this proxy in turn (A B C A B C ...) so that the noise of a
-//! shared machine falls on all three alike.
+//! The side-by-side run: for each etcd version a fresh [`Stack`] (etcd, its Go proxy, this proxy; or one per
+//! scenario case with [`Plan::fresh_stack`]); for each scenario case, rounds that visit direct, Go proxy and this
+//! proxy in turn (A B C A B C ...) so that the noise of a shared machine falls on all three alike.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::load::recorder::Recorder;
 use crate::load::watch::WatchFanout;
 use crate::load::{Shape, connect, drive};
 use crate::meter::Meter;
-use crate::plan::{EtcdBinary, Plan, Scenario, Target};
+use crate::plan::{Case, EtcdBinary, Plan, Scenario, Target};
 use crate::results::{Report, Run, ScenarioResult, VersionResult};
 use crate::services::Stack;
 use crate::sys::{http, procfs};
@@ -34,6 +34,7 @@ pub async fn run(plan: &Plan) -> Report {
         sizes: plan.sizes.clone(),
         timing: plan.timing.clone(),
         seed: plan.seed,
+        check_targets: plan.check_targets,
         versions,
     }
 }
@@ -45,69 +46,96 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
         scenarios: Vec::new(),
         failure: None,
     };
-    eprintln!(
-        "bench: etcd {}: starting etcd, its Go proxy and this proxy",
-        etcd.version
-    );
-    let stack = match Stack::start(etcd, &plan.proxy_bin).await {
-        Ok(stack) => stack,
-        Err(e) => {
-            result.failure = Some(e.to_string());
-            return result;
+    let cases = Case::all(&plan.scenarios, &plan.sizes);
+    let mut current: Option<(Stack, Channel)> = None;
+    for case in cases {
+        if plan.fresh_stack {
+            // Dropping the old stack first: its processes end before the new ones start.
+            current = None;
         }
-    };
-    for target in [Target::GoProxy, Target::RustProxy] {
-        if let Some(pid) = stack.proxy(target).map(|p| p.pid())
-            && let Ok(memory) = procfs::memory(pid)
-        {
-            result
-                .idle_rss_mib
-                .push((target, memory.rss_kib as f64 / 1024.0));
-        }
-    }
-    let direct = match connect(stack.etcd.addr(), 1).await {
-        Ok(mut channels) => channels.remove(0),
-        Err(e) => {
-            result.failure = Some(format!("cannot connect to etcd: {e}"));
-            return result;
-        }
-    };
-    if let Err(status) =
-        kv::populate_hot_set(direct.clone(), plan.sizes.hot_keys, plan.sizes.value_size).await
-    {
-        result.failure = Some(format!("cannot write the hot set: {status}"));
-        return result;
-    }
-    for &scenario in &plan.scenarios {
+        let (stack, direct) = match current.take() {
+            Some(ready) => ready,
+            None => match start_stack(plan, etcd, &mut result).await {
+                Ok(ready) => ready,
+                Err(failure) => {
+                    result.failure = Some(failure);
+                    return result;
+                }
+            },
+        };
+        let variant = case.variant(&plan.sizes);
         let mut runs = Vec::new();
         for round in 0..plan.timing.rounds {
             for target in Target::ALL {
-                let run = run_once(plan, &stack, &direct, scenario, target, round).await;
+                let run = run_once(plan, &stack, &direct, case, target, round).await;
                 eprintln!(
-                    "bench: etcd {} {} round {} {}",
+                    "bench: etcd {} {}{} round {} {}",
                     etcd.version,
-                    scenario.label(),
+                    case.scenario.label(),
+                    variant
+                        .as_deref()
+                        .map_or(String::new(), |v| format!(" {v}")),
                     round + 1,
                     brief(&run)
                 );
                 runs.push(run);
             }
         }
-        result
-            .scenarios
-            .push(ScenarioResult::new(scenario, size_of(plan, scenario), runs));
+        result.scenarios.push(ScenarioResult::new(
+            case.scenario,
+            variant,
+            size_of(plan, case),
+            runs,
+        ));
+        current = Some((stack, direct));
     }
     result
+}
+
+/// Starts etcd and both proxies, records the proxies' idle memory (of the first stack of the version only) and
+/// writes the hot set; returns the stack and a channel straight to etcd.
+async fn start_stack(
+    plan: &Plan,
+    etcd: &EtcdBinary,
+    result: &mut VersionResult,
+) -> Result<(Stack, Channel), String> {
+    eprintln!(
+        "bench: etcd {}: starting etcd, its Go proxy and this proxy",
+        etcd.version
+    );
+    let stack = Stack::start(etcd, &plan.proxy_bin)
+        .await
+        .map_err(|e| e.to_string())?;
+    if result.idle_rss_mib.is_empty() {
+        for target in [Target::GoProxy, Target::RustProxy] {
+            if let Some(pid) = stack.proxy(target).map(|p| p.pid())
+                && let Ok(memory) = procfs::memory(pid)
+            {
+                result
+                    .idle_rss_mib
+                    .push((target, memory.rss_kib as f64 / 1024.0));
+            }
+        }
+    }
+    let direct = match connect(stack.etcd.addr(), 1).await {
+        Ok(mut channels) => channels.remove(0),
+        Err(e) => return Err(format!("cannot connect to etcd: {e}")),
+    };
+    kv::populate_hot_set(direct.clone(), plan.sizes.hot_keys, plan.sizes.value_size)
+        .await
+        .map_err(|status| format!("cannot write the hot set: {status}"))?;
+    Ok((stack, direct))
 }
 
 async fn run_once(
     plan: &Plan,
     stack: &Stack,
     direct: &Channel,
-    scenario: Scenario,
+    case: Case,
     target: Target,
     round: usize,
 ) -> Run {
+    let scenario = case.scenario;
     let sizes = &plan.sizes;
     let entry = stack.entry(target);
     let meter = Meter::new(
@@ -178,7 +206,8 @@ async fn run_once(
         Scenario::WatchFanout => {
             let fanout = WatchFanout {
                 watchers: sizes.watchers,
-                put_rate: sizes.watch_put_rate,
+                watchers_per_stream: sizes.watchers_per_stream,
+                put_rate: case.watch_put_rate.unwrap_or(1.0),
                 measured: plan.timing.measured(),
                 value_size: sizes.value_size,
             };
@@ -251,14 +280,14 @@ fn brief(run: &Run) -> String {
     line
 }
 
-/// The scenario's size in words.
-pub fn size_of(plan: &Plan, scenario: Scenario) -> String {
+/// The case's size in words.
+pub fn size_of(plan: &Plan, case: Case) -> String {
     let s = &plan.sizes;
     let load = match s.rate {
         Some(rate) => format!("{} conns, fixed {rate} req/s", s.connections),
         None => format!("{} conns x {} in flight", s.connections, s.inflight),
     };
-    match scenario {
+    match case.scenario {
         Scenario::Put => format!("{load}, {} B values over {} keys", s.value_size, s.put_keys),
         Scenario::RangeLinearizable | Scenario::RangeSerializable => {
             format!("{load}, {} hot keys of {} B", s.hot_keys, s.value_size)
@@ -268,8 +297,11 @@ pub fn size_of(plan: &Plan, scenario: Scenario) -> String {
             s.mixed_serializable_pct, s.mixed_linearizable_pct
         ),
         Scenario::WatchFanout => format!(
-            "{} watchers on 1 key over {} conns, {} puts/s",
-            s.watchers, s.watch_connections, s.watch_put_rate
+            "{} watchers on 1 key, {} per Watch stream, over {} conns, {} puts/s",
+            s.watchers,
+            s.watchers_per_stream,
+            s.watch_connections,
+            case.watch_put_rate.unwrap_or(f64::NAN)
         ),
         Scenario::LeaseKeepalive => format!(
             "{} leases of TTL {} s over {} streams ({} conns), each refreshed every TTL/3",

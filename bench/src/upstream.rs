@@ -80,6 +80,10 @@ pub struct UpstreamLoad {
     pub watchers: u64,
     /// Watch streams open on etcd while the load ran, beyond those open before the run.
     pub watch_streams: u64,
+    /// Streams open on etcd while the load ran (started less handled), beyond those open before the run, by
+    /// streaming method.
+    #[serde(default)]
+    pub streams_open: BTreeMap<String, u64>,
 }
 
 impl UpstreamLoad {
@@ -119,6 +123,7 @@ impl UpstreamLoad {
             watch_streams: (during.watch_streams - baseline.watch_streams)
                 .max(0.0)
                 .round() as u64,
+            streams_open: delta(&open_streams(baseline), &open_streams(during)),
         }
     }
 
@@ -129,6 +134,19 @@ impl UpstreamLoad {
             .map(|m| self.requests.get(*m).copied().unwrap_or(0))
             .sum()
     }
+}
+
+/// Streams open now, by streaming method: started and not yet handled (finished).
+fn open_streams(counters: &EtcdCounters) -> BTreeMap<String, f64> {
+    counters
+        .started
+        .iter()
+        .filter(|(method, _)| is_streaming(method))
+        .map(|(method, started)| {
+            let handled = counters.handled.get(method).copied().unwrap_or(0.0);
+            (method.clone(), (started - handled).max(0.0))
+        })
+        .collect()
 }
 
 /// etcd's streaming methods; everything else is unary.
@@ -183,5 +201,27 @@ etcd_debugging_mvcc_watcher_total 0
         assert_eq!(load.streams_started.get("LeaseKeepAlive"), Some(&3));
         assert_eq!(load.stream_msgs.get("LeaseKeepAlive"), Some(&995));
         assert_eq!((load.watchers, load.watch_streams), (250, 25));
+    }
+
+    #[test]
+    fn open_streams_are_started_less_handled_beyond_those_open_before() {
+        let line = |metric: &str, n: u32, extra: &str| {
+            format!(
+                "{metric}{{{extra}grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"bidi_stream\"}} {n}\n"
+            )
+        };
+        // Before: 3 started, 2 finished (1 open). During: 7 started, 3 finished (4 open): 3 more than before.
+        let baseline = parse(
+            &(line("grpc_server_started_total", 3, "")
+                + &line("grpc_server_handled_total", 2, "grpc_code=\"OK\",")),
+        );
+        let during = parse(
+            &(line("grpc_server_started_total", 7, "")
+                + &line("grpc_server_handled_total", 2, "grpc_code=\"OK\",")
+                + &line("grpc_server_handled_total", 1, "grpc_code=\"Canceled\",")),
+        );
+        let load = UpstreamLoad::between(&baseline, &baseline, &during, &during);
+        assert_eq!(load.streams_open.get("LeaseKeepAlive"), Some(&3));
+        assert_eq!(load.streams_started.get("LeaseKeepAlive"), Some(&4));
     }
 }

@@ -69,6 +69,8 @@ fn quick_plan(out_dir: &Path) -> Plan {
         seed: 7,
         machine: "test".into(),
         command: "cargo test -p bench --test quick".into(),
+        fresh_stack: false,
+        check_targets: false,
     }
 }
 
@@ -158,6 +160,34 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
                         watch.delivered, watch.expected,
                         "lost or duplicated events: {what}"
                     );
+                    // 6 watchers, 3 per stream: two multiplexed Watch streams.
+                    assert_eq!(watch.streams, 2, "{what}");
+                    assert_eq!(watch.puts_complete, watch.puts, "{what}");
+                    let fanout = watch
+                        .fanout
+                        .as_ref()
+                        .unwrap_or_else(|| panic!("no fan-out latency: {what}"));
+                    // Every put complete: the slowest put's last delivery is the slowest delivery.
+                    assert_eq!(fanout.max_ms, latency.max_ms, "{what}");
+                    assert!(fanout.p50_ms <= fanout.p99_ms, "{what}");
+                    assert_eq!(
+                        watch.idle_memory.is_some(),
+                        target != Target::Direct,
+                        "idle memory is read from proxies only: {what}"
+                    );
+                }
+                Scenario::LeaseKeepalive => {
+                    assert!(run.server.window_seconds > 0.0, "{what}");
+                    if target == Target::Direct {
+                        assert!(
+                            run.server
+                                .upstream
+                                .streams_open
+                                .get("LeaseKeepAlive")
+                                .is_some_and(|n| *n >= 1),
+                            "direct keep-alive streams are open on etcd: {what}"
+                        );
+                    }
                 }
                 _ => {}
             }
@@ -203,5 +233,8 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
             "{} missing from the table",
             scenario.label()
         );
+    }
+    for section in ["Watch fan-out (medians", "Lease keep-alive (medians"] {
+        assert!(markdown.contains(section), "{section} missing: {markdown}");
     }
 }

@@ -104,6 +104,10 @@ impl LeaseKeepalive {
         tokio::time::sleep_until(window_start + self.measured / 2).await;
         meter.in_place().await;
         tokio::time::sleep_until(window_end).await;
+        // The window closes when the last request of the window is sent, so etcd's counters and the proxy's CPU
+        // cover the steady state of the measured requests (warm-up answers trail into it as drain answers trail
+        // out of it), not the drain period that follows.
+        meter.end().await;
         let mut total = Recorder::new();
         for task in tasks {
             match task.await {
@@ -111,7 +115,6 @@ impl LeaseKeepalive {
                 Err(e) => total.failure(format!("keep-alive stream task: {e}")),
             }
         }
-        meter.end().await;
         revoke(direct, ids).await;
         total.tally(self.measured)
     }

@@ -3,9 +3,11 @@
 //!
 //! - [`recorder`]: latency histograms and error counts, merged into a [`recorder::Tally`].
 //! - [`kv`]: put, linearizable range, serializable range over a hot set, and the mixed workload.
-//! - [`watch`]: W watchers on one key, puts at a steady rate, completeness and put-to-delivery latency.
+//! - [`watch`]: W watchers on one key (P per Watch stream), puts at a steady rate, completeness, put-to-delivery
+//!   and put-to-last-delivery latency ([`fanout`]), idle memory per watcher.
 //! - [`lease`]: L leases kept alive over S streams.
 
+pub mod fanout;
 pub mod kv;
 pub mod lease;
 pub mod recorder;

@@ -1,10 +1,13 @@
-//! Watch fan-out: W watchers (one Watch stream each) on one key over C connections to the target, while a writer
-//! puts that key at a steady rate straight to etcd. Measures completeness (events delivered / W x puts) and the
-//! latency from a put's issue to each watcher's delivery.
+//! Watch fan-out: W watchers on one key, multiplexed P to a Watch stream (as etcd's clients multiplex the watchers
+//! of one context), the streams spread over C connections to the target, while a writer puts that key at a steady
+//! rate straight to etcd. Measures completeness (events delivered / W x puts), the latency from a put's issue to
+//! each delivery, the latency from a put's issue to its *last* delivery (the fan-out latency, per put), and the
+//! proxy memory each idle watcher costs (resident set before and after the watchers are created, before any put).
 //!
 //! The writer goes to etcd directly so that every target is compared on the watch path alone; each put's value
 //! carries its sequence number, which maps a delivered event back to the instant its put was issued.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -18,11 +21,13 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use super::recorder::{Recorder, Tally};
+use super::fanout::PutDeliveries;
+use super::recorder::{Latency, Recorder, Tally};
+use crate::memory::IdleWatcherMemory;
 use crate::meter::Meter;
 
 /// How long all watchers may take to be created.
-const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long deliveries may trail the last put before the missing ones count as lost.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -30,6 +35,8 @@ static RUN_SEQ: AtomicU64 = AtomicU64::new(0);
 
 pub struct WatchFanout {
     pub watchers: usize,
+    /// Watchers created on each Watch stream (the last stream may hold fewer).
+    pub watchers_per_stream: usize,
     pub put_rate: f64,
     pub measured: Duration,
     pub value_size: usize,
@@ -40,6 +47,9 @@ pub struct WatchFanout {
 pub struct WatchStats {
     pub watchers: u64,
     pub watchers_created: u64,
+    /// Client Watch streams the watchers were multiplexed on.
+    #[serde(default)]
+    pub streams: u64,
     /// Puts etcd acknowledged.
     pub puts: u64,
     /// `watchers x puts`.
@@ -47,6 +57,15 @@ pub struct WatchStats {
     pub delivered: u64,
     /// `delivered / expected` (1.0 is complete; above 1.0 would mean duplicates).
     pub completeness: f64,
+    /// Puts every created watcher received.
+    #[serde(default)]
+    pub puts_complete: u64,
+    /// From a put's issue to its last delivery, over the complete puts.
+    #[serde(default)]
+    pub fanout: Option<Latency>,
+    /// The proxy's resident set before and after the watchers were created (None for direct etcd).
+    #[serde(default)]
+    pub idle_memory: Option<IdleWatcherMemory>,
 }
 
 struct Shared {
@@ -54,6 +73,12 @@ struct Shared {
     issued: Vec<OnceLock<Instant>>,
     created: AtomicUsize,
     delivered: AtomicU64,
+}
+
+/// What one Watch stream's task records; read after the task is aborted.
+struct StreamTally {
+    latencies: Recorder,
+    deliveries: PutDeliveries,
 }
 
 impl WatchFanout {
@@ -73,19 +98,32 @@ impl WatchFanout {
             created: AtomicUsize::new(0),
             delivered: AtomicU64::new(0),
         });
-        let recorders: Vec<Arc<Mutex<Recorder>>> = (0..self.watchers)
-            .map(|_| Arc::new(Mutex::new(Recorder::new())))
+        let per_stream = self.watchers_per_stream.max(1);
+        let stream_sizes: Vec<usize> = (0..self.watchers.div_ceil(per_stream))
+            .map(|s| per_stream.min(self.watchers - s * per_stream))
             .collect();
-        let tasks: Vec<_> = recorders
+        let tallies: Vec<Arc<Mutex<StreamTally>>> = stream_sizes
             .iter()
+            .map(|_| {
+                Arc::new(Mutex::new(StreamTally {
+                    latencies: Recorder::new(),
+                    deliveries: PutDeliveries::new(puts_planned),
+                }))
+            })
+            .collect();
+
+        let memory_before = meter.settled_proxy_rss().await;
+        let tasks: Vec<_> = stream_sizes
+            .iter()
+            .zip(&tallies)
             .enumerate()
-            .map(|(i, recorder)| {
-                let channel = channels[i % channels.len()].clone();
-                tokio::spawn(watcher(
-                    channel,
+            .map(|(s, (&watchers, tally))| {
+                tokio::spawn(watch_stream(
+                    channels[s % channels.len()].clone(),
                     key.clone(),
+                    watchers,
                     Arc::clone(&shared),
-                    Arc::clone(recorder),
+                    Arc::clone(tally),
                 ))
             })
             .collect();
@@ -95,6 +133,7 @@ impl WatchFanout {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let watchers_created = shared.created.load(Ordering::Relaxed);
+        let memory_after = meter.settled_proxy_rss().await;
 
         meter.start().await;
         let writer_start = Instant::now();
@@ -145,16 +184,22 @@ impl WatchFanout {
             task.abort();
         }
         let mut total = writer_errors;
-        for recorder in &recorders {
-            total.merge(&recorder.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut deliveries = PutDeliveries::new(puts_planned);
+        for tally in &tallies {
+            let tally = tally.lock().unwrap_or_else(|e| e.into_inner());
+            total.merge(&tally.latencies);
+            deliveries.merge(&tally.deliveries);
         }
         for _ in watchers_created..self.watchers {
             total.failure("watcher not created in time");
         }
+        let issued: Vec<Option<Instant>> = shared.issued.iter().map(|i| i.get().copied()).collect();
+        let fanout = deliveries.summarize(&issued, watchers_created as u64);
         let delivered = shared.delivered.load(Ordering::Relaxed);
         let stats = WatchStats {
             watchers: self.watchers as u64,
             watchers_created: watchers_created as u64,
+            streams: stream_sizes.len() as u64,
             puts,
             expected,
             delivered,
@@ -163,25 +208,33 @@ impl WatchFanout {
             } else {
                 delivered as f64 / expected as f64
             },
+            puts_complete: fanout.complete,
+            fanout: fanout.latency,
+            idle_memory: memory_before
+                .zip(memory_after)
+                .map(|(before, after)| IdleWatcherMemory {
+                    before,
+                    after,
+                    watchers: watchers_created as u64,
+                }),
         };
         (total.tally(window), stats)
     }
 }
 
-/// One client watcher: creates a watch on `key`, then records every event's delivery latency.
-async fn watcher(
+/// One client Watch stream: creates `watchers` watches on `key` (etcd answers the creates of a stream in order),
+/// then records every event's delivery.
+async fn watch_stream(
     channel: Channel,
     key: Vec<u8>,
+    watchers: usize,
     shared: Arc<Shared>,
-    recorder: Arc<Mutex<Recorder>>,
+    tally: Arc<Mutex<StreamTally>>,
 ) {
-    let fail = |what: String| {
-        recorder
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failure(what)
-    };
-    let (requests, outgoing) = mpsc::channel(1);
+    let lock = || tally.lock().unwrap_or_else(|e| e.into_inner());
+    let fail = |what: String| lock().latencies.failure(what);
+    // Room for every create, so queueing them never waits for the server.
+    let (requests, outgoing) = mpsc::channel(watchers.max(1));
     let create = WatchRequest {
         request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
             key,
@@ -189,8 +242,10 @@ async fn watcher(
         })),
     };
     // Queued before the call: a server may hold its response headers until the first message arrives.
-    if requests.send(create).await.is_err() {
-        return fail("watch request stream closed".into());
+    for _ in 0..watchers {
+        if requests.send(create.clone()).await.is_err() {
+            return fail("watch request stream closed".into());
+        }
     }
     let mut stream = match WatchClient::new(channel)
         .watch(ReceiverStream::new(outgoing))
@@ -199,41 +254,61 @@ async fn watcher(
         Ok(response) => response.into_inner(),
         Err(status) => return fail(format!("watch: {:?}: {}", status.code(), status.message())),
     };
+    let mut ours = HashSet::with_capacity(watchers);
     loop {
-        match stream.message().await {
-            Ok(Some(response)) => {
-                if response.created {
-                    shared.created.fetch_add(1, Ordering::Relaxed);
-                }
-                if response.canceled {
-                    return fail(format!("watch canceled: {}", response.cancel_reason));
-                }
-                for event in response.events {
-                    let Some(seq) = event
-                        .kv
-                        .as_ref()
-                        .and_then(|kv| kv.value.get(..8))
-                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                        .map(|b| u64::from_le_bytes(b) as usize)
-                    else {
-                        fail("event without a sequence number".into());
-                        continue;
-                    };
-                    match shared.issued.get(seq).and_then(OnceLock::get) {
-                        Some(issued) => {
-                            recorder
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .success(issued.elapsed());
-                            shared.delivered.fetch_add(1, Ordering::Relaxed);
-                        }
-                        None => fail(format!("event for put {seq}, which was never issued")),
-                    }
-                }
-            }
+        let response = match stream.message().await {
+            Ok(Some(response)) => response,
             Ok(None) => return fail("watch stream ended".into()),
             Err(status) => {
                 return fail(format!("watch: {:?}: {}", status.code(), status.message()));
+            }
+        };
+        let received = Instant::now();
+        if response.canceled {
+            fail(format!(
+                "watch {} canceled: {}",
+                response.watch_id, response.cancel_reason
+            ));
+            ours.remove(&response.watch_id);
+            continue;
+        }
+        if response.created {
+            ours.insert(response.watch_id);
+            shared.created.fetch_add(1, Ordering::Relaxed);
+        }
+        if response.events.is_empty() {
+            continue;
+        }
+        if !ours.contains(&response.watch_id) {
+            fail(format!(
+                "events for watch {}, which this stream did not create",
+                response.watch_id
+            ));
+            continue;
+        }
+        let mut tally = lock();
+        for event in response.events {
+            let Some(seq) = event
+                .kv
+                .as_ref()
+                .and_then(|kv| kv.value.get(..8))
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(|b| u64::from_le_bytes(b) as usize)
+            else {
+                tally.latencies.failure("event without a sequence number");
+                continue;
+            };
+            match shared.issued.get(seq).and_then(OnceLock::get) {
+                Some(issued) => {
+                    tally
+                        .latencies
+                        .success(received.saturating_duration_since(*issued));
+                    tally.deliveries.record(seq, received);
+                    shared.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+                None => tally
+                    .latencies
+                    .failure(format!("event for put {seq}, which was never issued")),
             }
         }
     }

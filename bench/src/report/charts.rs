@@ -1,45 +1,64 @@
-//! SVG charts drawn with `plotters`: for each etcd version, throughput, p99 latency and the load that reached
-//! etcd, one panel per scenario with one bar per target (each panel has its own scale: the scenarios count
-//! different things).
+//! SVG charts drawn with `plotters`: for each etcd version, throughput, p99 latency, the load that reached etcd,
+//! the watch fan-out's put-to-last-delivery p99 and the proxies' CPU per operation, one panel per scenario case
+//! with one bar per target (each panel has its own scale: the scenarios count different things).
 
 use std::path::{Path, PathBuf};
 
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
-use crate::plan::Target;
-use crate::results::{Report, TargetSummary, VersionResult};
+use crate::plan::{Scenario, Target};
+use crate::results::{Report, ScenarioResult, TargetSummary, VersionResult};
 
 const PANEL_COLUMNS: usize = 3;
 const PANEL_WIDTH: u32 = 420;
 const PANEL_HEIGHT: u32 = 300;
 
-/// One chart: which number of a summary it shows.
+/// One chart: which number of a summary it shows, for which scenarios.
 struct Metric {
     file_suffix: &'static str,
     title: &'static str,
     unit: &'static str,
     value: fn(&TargetSummary) -> f64,
+    /// The scenarios the number means something for (a chart with none of them is not drawn).
+    applies: fn(Scenario) -> bool,
 }
 
-const METRICS: [Metric; 3] = [
+const METRICS: [Metric; 5] = [
     Metric {
         file_suffix: "throughput",
         title: "throughput (median)",
         unit: "ops/s",
         value: |s| s.throughput,
+        applies: |_| true,
     },
     Metric {
         file_suffix: "p99",
         title: "p99 latency (median)",
         unit: "ms",
         value: |s| s.p99_ms,
+        applies: |_| true,
     },
     Metric {
         file_suffix: "upstream",
         title: "load reaching etcd per client op (1 = all of it)",
         unit: "etcd ops per client op",
         value: |s| s.upstream_per_client,
+        applies: |_| true,
+    },
+    Metric {
+        file_suffix: "fanout-p99",
+        title: "p99 from a put to its last watcher's delivery",
+        unit: "ms",
+        value: |s| s.fanout_p99_ms.unwrap_or(f64::NAN),
+        applies: |s| s == Scenario::WatchFanout,
+    },
+    Metric {
+        file_suffix: "proxy-cpu",
+        title: "proxy CPU per operation (event, keep-alive, request)",
+        unit: "µs per op",
+        value: |s| s.proxy_cpu_ms_per_1k.unwrap_or(f64::NAN),
+        applies: |_| true,
     },
 ];
 
@@ -56,6 +75,13 @@ pub fn draw_all(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for version in report.versions.iter().filter(|v| !v.scenarios.is_empty()) {
         for metric in &METRICS {
+            if !version
+                .scenarios
+                .iter()
+                .any(|s| (metric.applies)(s.scenario))
+            {
+                continue;
+            }
             let path = dir.join(format!(
                 "{}-{}-{}.svg",
                 report.name, version.version, metric.file_suffix
@@ -73,7 +99,12 @@ fn draw(
     metric: &Metric,
     path: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let panels = version.scenarios.len();
+    let scenarios: Vec<&ScenarioResult> = version
+        .scenarios
+        .iter()
+        .filter(|s| (metric.applies)(s.scenario))
+        .collect();
+    let panels = scenarios.len();
     let rows = panels.div_ceil(PANEL_COLUMNS);
     let size = (
         PANEL_WIDTH * PANEL_COLUMNS as u32,
@@ -89,7 +120,7 @@ fn draw(
         ("sans-serif", 18),
     )?;
     let areas = root.split_evenly((rows, PANEL_COLUMNS));
-    for (scenario, area) in version.scenarios.iter().zip(areas.iter()) {
+    for (scenario, area) in scenarios.iter().zip(areas.iter()) {
         let bars: Vec<(Target, f64)> = scenario
             .summaries
             .iter()
@@ -99,7 +130,7 @@ fn draw(
         let top = bars.iter().map(|(_, v)| *v).fold(0.0, f64::max);
         let top = if top > 0.0 { top * 1.2 } else { 1.0 };
         let mut chart = ChartBuilder::on(area)
-            .caption(scenario.scenario.label(), ("sans-serif", 15))
+            .caption(scenario.name(), ("sans-serif", 15))
             .margin(8)
             .x_label_area_size(24)
             .y_label_area_size(56)

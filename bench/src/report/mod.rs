@@ -1,7 +1,9 @@
-//! Writing a [`Report`]: `<name>.json` (everything), `<name>.md` (tables) and SVG charts.
+//! Writing a [`Report`]: `<name>.json` (everything), `<name>.md` (tables, and the issues' [`targets`] when the
+//! run checks them) and SVG charts.
 
 pub mod charts;
 pub mod table;
+pub mod targets;
 
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::targets::{self, Check};
 use crate::plan::{Scenario, Target};
 use crate::results::{Report, ScenarioResult, TargetSummary, VersionResult};
 
@@ -19,12 +20,12 @@ pub fn markdown(report: &Report) -> String {
         t.warmup_seconds, t.seconds, t.rounds
     );
     for version in &report.versions {
-        version_section(&mut out, version);
+        version_section(&mut out, version, report.check_targets);
     }
     out
 }
 
-fn version_section(out: &mut String, version: &VersionResult) {
+fn version_section(out: &mut String, version: &VersionResult, check_targets: bool) {
     let _ = writeln!(out, "\n## etcd {}\n", version.version);
     if let Some(failure) = &version.failure {
         let _ = writeln!(
@@ -55,7 +56,7 @@ fn version_section(out: &mut String, version: &VersionResult) {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                scenario.scenario.label(),
+                scenario.name(),
                 s.target.label(),
                 num(s.throughput, 0),
                 num(s.p50_ms, 2),
@@ -82,19 +83,24 @@ fn version_section(out: &mut String, version: &VersionResult) {
     for scenario in &version.scenarios {
         ratio_row(out, scenario);
     }
+    watch_table(out, version);
+    lease_table(out, version);
+    if check_targets {
+        targets_table(out, version);
+    }
     let _ = writeln!(out, "\nSizes:\n");
     for scenario in &version.scenarios {
-        let _ = writeln!(out, "- {}: {}", scenario.scenario.label(), scenario.size);
+        let _ = writeln!(out, "- {}: {}", scenario.name(), scenario.size);
     }
     let failures: Vec<String> = version
         .scenarios
         .iter()
-        .flat_map(|s| s.runs.iter().map(move |r| (s.scenario, r)))
+        .flat_map(|s| s.runs.iter().map(move |r| (s.name(), r)))
         .filter_map(|(scenario, r)| {
             r.client.error_samples.first().map(|e| {
                 format!(
                     "- {} at {} (round {}): {e}",
-                    scenario.label(),
+                    scenario,
                     r.target.label(),
                     r.round + 1
                 )
@@ -127,7 +133,7 @@ fn ratio_row(out: &mut String, scenario: &ScenarioResult) {
     let _ = writeln!(
         out,
         "| {} | {} | {} | {} | {} | {} | {}, {}, {} |",
-        scenario.scenario.label(),
+        scenario.name(),
         ratio(tput(Target::GoProxy), tput(Target::Direct)),
         ratio(tput(Target::RustProxy), tput(Target::Direct)),
         ratio(tput(Target::RustProxy), tput(Target::GoProxy)),
@@ -137,6 +143,143 @@ fn ratio_row(out: &mut String, scenario: &ScenarioResult) {
         work(Target::GoProxy),
         work(Target::RustProxy),
     );
+}
+
+fn scenarios_of(version: &VersionResult, scenario: Scenario) -> Vec<&ScenarioResult> {
+    version
+        .scenarios
+        .iter()
+        .filter(|s| s.scenario == scenario)
+        .collect()
+}
+
+/// The watch fan-out's figures of issue 5, per case and target.
+fn watch_table(out: &mut String, version: &VersionResult) {
+    let cases = scenarios_of(version, Scenario::WatchFanout);
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWatch fan-out (medians; fan-out = from a put to its last watcher's delivery, over puts):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| case | target | client streams | etcd watchers | puts | delivered | incomplete puts | delivery p50 / p99 ms \
+         | fan-out p50 / p99 ms | proxy CPU µs per event | proxy KiB per idle watcher | proxy peak RSS MiB |"
+    );
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for case in cases {
+        for s in &case.summaries {
+            let unsettled = if s.idle_memory_settled == Some(false) {
+                " (unsettled)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {}{unsettled} | {} |",
+                case.name(),
+                s.target.label(),
+                opt(s.client_streams, 0),
+                num(s.upstream_watchers, 0),
+                puts(case, s.target),
+                s.watch_completeness
+                    .map_or("-".into(), |c| format!("{:.2}%", c * 100.0)),
+                s.puts_incomplete,
+                num(s.p50_ms, 1),
+                num(s.p99_ms, 1),
+                opt(s.fanout_p50_ms, 1),
+                opt(s.fanout_p99_ms, 1),
+                opt(s.proxy_cpu_ms_per_1k, 2),
+                opt(s.idle_kib_per_watcher, 2),
+                opt(s.proxy_peak_rss_mib, 1),
+            );
+        }
+    }
+}
+
+/// The lease keep-alive's figures of issue 6, per target, with the renewals reaching etcd against direct.
+fn lease_table(out: &mut String, version: &VersionResult) {
+    let cases = scenarios_of(version, Scenario::LeaseKeepalive);
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nLease keep-alive (medians):\n");
+    let _ = writeln!(
+        out,
+        "| case | target | keep-alives answered /s | renewals reaching etcd /s | of direct's | LeaseKeepAlive streams \
+         on etcd: opened, open | answer p50 / p99 ms | proxy CPU µs per keep-alive | proxy peak RSS MiB |"
+    );
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|");
+    for case in cases {
+        let direct = case
+            .summary(Target::Direct)
+            .and_then(|s| s.upstream_msgs_per_second);
+        for s in &case.summaries {
+            let of_direct = match (s.upstream_msgs_per_second, direct) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {}, {} | {} / {} | {} | {} |",
+                case.name(),
+                s.target.label(),
+                num(s.throughput, 0),
+                opt(s.upstream_msgs_per_second, 0),
+                of_direct,
+                num(s.upstream_streams, 0),
+                num(s.upstream_streams_open, 0),
+                num(s.p50_ms, 2),
+                num(s.p99_ms, 2),
+                opt(s.proxy_cpu_ms_per_1k, 2),
+                opt(s.proxy_peak_rss_mib, 1),
+            );
+        }
+    }
+}
+
+/// "Target met / not met" for every check of issues 5 and 6.
+fn targets_table(out: &mut String, version: &VersionResult) {
+    let rows: Vec<(String, Check)> = version
+        .scenarios
+        .iter()
+        .flat_map(|s| targets::checks(s).into_iter().map(move |c| (s.name(), c)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nTargets of issues 5 (watch) and 6 (lease), judged on this proxy (medians over rounds):\n"
+    );
+    let _ = writeln!(out, "| case | target | this proxy | Go proxy | verdict |");
+    let _ = writeln!(out, "|---|---|--:|--:|---|");
+    for (case, check) in rows {
+        let _ = writeln!(
+            out,
+            "| {case} | {} | {} | {} | {} |",
+            check.target,
+            check.this_proxy,
+            check.go_proxy,
+            check.verdict.words()
+        );
+    }
+}
+
+/// Puts of a watch case at one target, summed over rounds (the fan-out quantiles are over these).
+fn puts(case: &ScenarioResult, target: Target) -> u64 {
+    case.runs
+        .iter()
+        .filter(|r| r.target == target)
+        .filter_map(|r| r.watch.as_ref())
+        .map(|w| w.puts)
+        .sum()
+}
+
+fn opt(value: Option<f64>, decimals: usize) -> String {
+    value.map_or("-".into(), |v| num(v, decimals))
 }
 
 /// What reached etcd, in the scenario's own terms.
@@ -219,10 +362,16 @@ mod tests {
             sizes: Sizes::quick(),
             timing: Timing::quick(),
             seed: 1,
+            check_targets: false,
             versions: vec![VersionResult {
                 version: "3.5.1".into(),
                 idle_rss_mib: vec![(Target::RustProxy, 7.0)],
-                scenarios: vec![ScenarioResult::new(Scenario::Put, "size".into(), runs)],
+                scenarios: vec![ScenarioResult::new(
+                    Scenario::Put,
+                    None,
+                    "size".into(),
+                    runs,
+                )],
                 failure: None,
             }],
         };
