@@ -11,6 +11,11 @@
 //!   etcd for scenarios that change cluster-wide state; results per target, backend and version.
 //! - [`differences`]: the scenarios where the proxy answers differently from etcd by design, with reasons.
 //! - [`ports`]: free loopback ports (the only socket code here).
+//!
+//! Two more test binaries use the same backends and targets: `tests/etcd_client.rs` (the core scenarios and the
+//! keep-alive API through the `etcd-client` crate) and `tests/raw_grpc.rs` (raw gRPC where etcdctl cannot reach:
+//! client-chosen watch IDs, progress requests, fragments, half-closed streams, compaction), each comparing direct
+//! etcd, the proxy and the model transcript by transcript, on every etcd version installed as a process.
 
 pub mod backend;
 pub mod differences;

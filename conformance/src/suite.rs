@@ -350,6 +350,11 @@ pub fn transcript_diff(a: &Transcript, b: &Transcript) -> String {
     let (ra, rb) = (render(a), render(b));
     let a: Vec<&str> = ra.lines().collect();
     let b: Vec<&str> = rb.lines().collect();
+    line_diff(&a, &b)
+}
+
+/// A longest-common-subsequence diff of two line lists: `    ` same, `  - ` only in `a`, `  + ` only in `b`.
+pub fn line_diff(a: &[&str], b: &[&str]) -> String {
     let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for i in (0..a.len()).rev() {
         for j in (0..b.len()).rev() {

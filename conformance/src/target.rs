@@ -60,10 +60,19 @@ impl Drop for Served {
 /// Starts the proxy in front of `etcd_endpoint` on a free loopback port, on a thread of its own with its own
 /// runtime (a runtime of its own keeps it apart from etcdctl plumbing).
 pub async fn start_proxy(etcd_endpoint: &str) -> Result<Served, String> {
+    start_proxy_with(etcd_endpoint, |_| {}).await
+}
+
+/// Like [`start_proxy`], with the configuration (etcd's defaults) adjusted by `adjust` first, as a flag would.
+pub async fn start_proxy_with(
+    etcd_endpoint: &str,
+    adjust: impl FnOnce(&mut proxy::Config),
+) -> Result<Served, String> {
     let endpoint = proxy::Endpoint::parse(etcd_endpoint)?;
     let listen: SocketAddr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
     // A fixed seed: with one endpoint the choice is moot, and a fixed seed keeps runs reproducible.
-    let config = proxy::Config::new(vec![endpoint], listen, 4);
+    let mut config = proxy::Config::new(vec![endpoint], listen, 4);
+    adjust(&mut config);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (addr_tx, addr_rx) = oneshot::channel::<Result<SocketAddr, String>>();
     let (done_tx, done_rx) = oneshot::channel::<()>();

@@ -136,12 +136,22 @@ pub enum Etcd {
 
 impl Etcd {
     pub async fn start(spec: &Spec) -> Result<Etcd, String> {
+        Self::start_with(spec, &[]).await
+    }
+
+    /// Like [`Etcd::start`], with `extra` etcd flags; processes only (the container's command line is fixed).
+    pub async fn start_with(spec: &Spec, extra: &[String]) -> Result<Etcd, String> {
         let etcd = match spec.kind {
-            Kind::Process => {
-                Etcd::Process(Box::new(process::EtcdProcess::start(&spec.version).await?))
+            Kind::Process => Etcd::Process(Box::new(
+                process::EtcdProcess::start_with(&spec.version, extra).await?,
+            )),
+            Kind::Testcontainers if extra.is_empty() => {
+                Etcd::Container(Box::new(container::EtcdContainer::start().await?))
             }
             Kind::Testcontainers => {
-                Etcd::Container(Box::new(container::EtcdContainer::start().await?))
+                return Err(format!(
+                    "extra etcd flags {extra:?} are supported for processes only"
+                ));
             }
         };
         wait_ready(&spec.version, &etcd).await?;

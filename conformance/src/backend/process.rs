@@ -32,6 +32,11 @@ pub fn temp_dir(prefix: &str) -> Result<tempfile::TempDir, String> {
 
 impl EtcdProcess {
     pub async fn start(version: &Version) -> Result<Self, String> {
+        Self::start_with(version, &[]).await
+    }
+
+    /// Like [`EtcdProcess::start`], with `extra` flags appended (e.g. `--max-request-bytes=4096`).
+    pub async fn start_with(version: &Version, extra: &[String]) -> Result<Self, String> {
         let dir = temp_dir("etcd-conformance-")?;
         let (client_port, peer_port) = (free_port(), free_port());
         let log = dir.path().join("etcd.log");
@@ -54,6 +59,7 @@ impl EtcdProcess {
             .arg(format!("--initial-cluster-token=conformance-{client_port}"))
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
             .stderr(log_file)
