@@ -760,8 +760,6 @@ async fn watch_progress_requests_answer_like_etcd() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "proxy defect: the proxy fragments watch responses at its --max-send-bytes (4096 here); etcd at \
-            --max-request-bytes + 512 KiB (528384 here)"]
 async fn fragmented_watch_responses_match_etcd_with_the_same_small_limit() {
     let case = Case {
         name: "fragment-small-limit",
@@ -776,8 +774,6 @@ async fn fragmented_watch_responses_match_etcd_with_the_same_small_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "proxy defect: at the defaults the proxy fragments watch responses from 1.5 MiB (--max-send-bytes); \
-            etcd from 2 MiB (--max-request-bytes 1.5 MiB + 512 KiB)"]
 async fn fragmented_watch_responses_match_etcd_at_default_limits() {
     let case = Case {
         name: "fragment-default-limit",

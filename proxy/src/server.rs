@@ -47,7 +47,9 @@ pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, config: &Config)
     let max_recv = config.max_recv_bytes;
     let watch_config = crate::watch::hub::HubConfig {
         max_join_lag: config.watch_max_join_lag,
-        fragment_limit: config.max_send_bytes,
+        // etcd fragments at its --max-request-bytes plus its 512 KiB gRPC allowance; --max-send-bytes plays the
+        // part of --max-request-bytes here (same default, 1.5 MiB).
+        fragment_limit: config.max_send_bytes + 512 * 1024,
     };
     macro_rules! limited {
         ($server:expr) => {

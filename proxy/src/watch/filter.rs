@@ -62,33 +62,40 @@ pub fn select_events(events: &[Event], next_rev: &mut i64, interest: &Interest) 
     selected
 }
 
-/// Splits a response whose encoding exceeds `limit` bytes into fragments, as etcd does for watchers that asked for
-/// `fragment`: every fragment but the last has `fragment` set, and each holds at least one event.
+/// Splits a large response into fragments, by etcd's rule for watchers that asked for `fragment`: a response
+/// whose encoding is smaller than `limit`, or that holds one event, goes whole; otherwise each fragment takes events
+/// in order while it stays below `limit` (always at least one), and every fragment but the last has `fragment` set.
 pub fn fragments(response: WatchResponse, limit: usize) -> Vec<WatchResponse> {
-    if response.events.len() < 2 || response.encoded_len() <= limit {
+    if response.events.len() < 2 || response.encoded_len() < limit {
         return vec![response];
     }
+    let mut events = response.events.into_iter();
     let template = WatchResponse {
         events: Vec::new(),
-        ..response.clone()
+        fragment: true,
+        ..response
     };
+    // Sizes are exact: a repeated field's encoding is the sum of its elements' encodings.
     let overhead = template.encoded_len();
     let mut out: Vec<WatchResponse> = Vec::new();
     let mut current = template.clone();
     let mut size = overhead;
-    for event in response.events {
-        let event_size = event.encoded_len() + 8;
-        if !current.events.is_empty() && size + event_size > limit {
-            current.fragment = true;
+    for event in events.by_ref() {
+        let event_size = prost::encoding::message::encoded_len(WATCH_RESPONSE_EVENTS_FIELD, &event);
+        if !current.events.is_empty() && size + event_size >= limit {
             out.push(std::mem::replace(&mut current, template.clone()));
             size = overhead;
         }
         size += event_size;
         current.events.push(event);
     }
+    current.fragment = false;
     out.push(current);
     out
 }
+
+/// The field number of `WatchResponse.events`.
+const WATCH_RESPONSE_EVENTS_FIELD: u32 = 11;
 
 #[cfg(test)]
 mod tests {
@@ -222,6 +229,37 @@ mod tests {
         let rejoined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
         assert_eq!(rejoined, events);
         assert_eq!(fragments(response.clone(), usize::MAX), vec![response]);
+    }
+
+    #[test]
+    fn fragment_boundaries_follow_etcd_whole_below_the_limit_and_each_fragment_below_it() {
+        let events: Vec<Event> = (1..=4).map(|r| event(EventType::Put, "k", r)).collect();
+        let response = WatchResponse {
+            watch_id: 1,
+            events,
+            ..Default::default()
+        };
+        let whole = response.encoded_len();
+        // Smaller than the limit: whole. Exactly the limit: etcd fragments.
+        assert_eq!(fragments(response.clone(), whole + 1).len(), 1);
+        let parts = fragments(response.clone(), whole);
+        assert!(parts.len() > 1);
+        for part in &parts {
+            assert!(
+                part.events.len() == 1 || part.encoded_len() < whole,
+                "{part:?}"
+            );
+        }
+        // Each fragment is as full as the limit allows: one more event would reach it.
+        for pair in parts.windows(2) {
+            let mut fuller = pair[0].clone();
+            fuller.events.push(pair[1].events[0].clone());
+            assert!(fuller.encoded_len() >= whole);
+        }
+        // One event too large for any limit still goes, alone.
+        let tiny_limit = fragments(response.clone(), 1);
+        assert_eq!(tiny_limit.len(), 4);
+        assert!(tiny_limit.iter().all(|p| p.events.len() == 1));
     }
 
     #[test]
