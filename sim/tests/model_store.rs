@@ -484,7 +484,10 @@ fn create(key: &str, range_end: &str, watch_id: i64, start_revision: i64) -> Wat
     }
 }
 
-fn census_of(cluster: &sim::model::Cluster) -> Vec<(usize, Vec<(String, String, usize)>)> {
+/// One stream's live watchers as `(key, range_end, count)`, readable in assertions.
+type StreamCensus = (usize, Vec<(String, String, usize)>);
+
+fn census_of(cluster: &sim::model::Cluster) -> Vec<StreamCensus> {
     cluster
         .watch_census()
         .streams
