@@ -72,9 +72,12 @@ fn watcher(received: Vec<Event>) -> WatcherLog {
         key: b"\0".to_vec(),
         range_end: b"\0".to_vec(),
         prev_kv: false,
+        no_put: false,
         no_delete: false,
         start: Some(WatchStart::Revision(2)),
         received,
+        progress: Vec::new(),
+        problems: Vec::new(),
         end: WatchEnd::CompleteThrough(6),
     }
 }
