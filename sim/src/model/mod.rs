@@ -28,5 +28,5 @@ pub use cluster_service::MODEL_VERSION;
 pub use history::{
     History, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind, StreamRecord, max_overlap,
 };
-pub use serve::serve;
+pub use serve::{ServeOptions, serve, serve_with};
 pub use store::Store;
