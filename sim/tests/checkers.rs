@@ -182,7 +182,10 @@ fn watch_checker_filters_puts_out_for_noput_and_ends_a_client_cancel_at_the_last
     log.no_put = true;
     assert_eq!(check_watcher(&history, &log), Ok(()));
     log.received = all_events(&history);
-    assert!(check_watcher(&history, &log).is_err(), "puts got through NOPUT");
+    assert!(
+        check_watcher(&history, &log).is_err(),
+        "puts got through NOPUT"
+    );
     // Cancelled by its client after two events: those two must be right, nothing more is owed.
     let mut cancelled = watcher(all_events(&history)[..2].to_vec());
     cancelled.end = WatchEnd::CancelledByClient;
@@ -278,7 +281,11 @@ fn census_checker_catches_duplicates_leftovers_missing_ranges_and_a_second_strea
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert!(violations[0].contains("2 upstream watchers"));
     let leftover = census(
-        vec![stream(0, 1, &[(("a", ""), 1), (("b", "c"), 1), (("z", ""), 1)])],
+        vec![stream(
+            0,
+            1,
+            &[(("a", ""), 1), (("b", "c"), 1), (("z", ""), 1)],
+        )],
         &clients,
     );
     let violations = check_census(&leftover);
