@@ -94,6 +94,8 @@ pub async fn serve_with(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+            biased;
             result = &mut server => return result,
             () = &mut expiry => {}
             () = &mut shutdown => {

@@ -93,6 +93,8 @@ impl Session {
             }
             let tx = self.tx.clone();
             tokio::select! {
+                // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+                biased;
                 next = inbound.next(), if reading => match next {
                     Some(Ok(request)) => {
                         self.guard.touch();

@@ -264,6 +264,8 @@ impl Driver {
                 let fence_known = self.env.fence.borrow().is_some();
                 let released = *self.env.released.borrow();
                 let message = tokio::select! {
+                    // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+                    biased;
                     message = stream.message() => message,
                     () = sleep_until_due(wake) => {
                         if !self.create_due(&tx, &mut pending).await || !self.cancel_due(&tx).await {
