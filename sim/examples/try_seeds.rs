@@ -1,5 +1,5 @@
 //! Runs one scenario over a few seeds and prints each report (a tool for exploring; tests use `tests/scenarios.rs`).
-//! `cargo run -p sim --example try_seeds -- watch 0 8`
+//! `cargo run -p sim --example try_seeds -- watch 0 8` (`SIM_TRACE=1` also prints the last trace lines of a passing run)
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -23,6 +23,9 @@ fn main() {
                 report.revisions,
                 report.virtual_time
             );
+            if std::env::var_os("SIM_TRACE").is_some() {
+                println!("    {}", report.trace_tail.join("\n    "));
+            }
         } else {
             println!("{}\n  wall {took:?}", report.failure_text());
         }

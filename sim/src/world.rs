@@ -59,6 +59,14 @@ pub struct Finished {
 /// enough that keep-alive intervals and timeouts (hundreds of milliseconds) are many steps long.
 const TICK: Duration = Duration::from_millis(3);
 
+/// Members ping their clients (etcd's server keep-alive, shortened as the proxy's own is). turmoil does not
+/// retransmit: a one-way partition leaves a connection whose direction towards the member has a hole for good, so
+/// the member never hears that the proxy left it (its RST_STREAM and FIN are stuck behind the hole) and would keep
+/// serving the proxy's abandoned watchers forever. Unanswered pings close such a connection, as TCP's
+/// retransmissions would eventually on a real network.
+pub const MEMBER_KEEPALIVE: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_millis(500));
+
 /// How long the proxy may take to shut down gracefully (its grace period is shortened for the simulation).
 const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
@@ -134,7 +142,11 @@ impl<'a> World<'a> {
             let cluster = cluster.clone();
             async move {
                 let listener = TurmoilNet.bind(topology::listen_addr(MEMBER_PORT)).await?;
-                model::serve(cluster, member, listener, std::future::pending()).await?;
+                let options = model::ServeOptions {
+                    keepalive: Some(MEMBER_KEEPALIVE),
+                };
+                model::serve_with(cluster, member, listener, std::future::pending(), options)
+                    .await?;
                 Ok(())
             }
         });

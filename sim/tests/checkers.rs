@@ -1,16 +1,22 @@
 //! Each checker is fed a correct history (it must pass) and deliberately broken ones (it must fail): a dropped
-//! event, a duplicate, a reordering, an early expiry, a late expiry, two upstream streams, a failed read, a write
-//! with the wrong code, a lost acknowledged write, a hung call, a proxy that left tasks running.
+//! event, a duplicate, a reordering, a broken progress promise, an early expiry, a late expiry, two upstream streams,
+//! two upstream watchers on one range, a leftover upstream watcher, a failed read, a write with the wrong code, a
+//! lost acknowledged write, a hung call, a proxy that left tasks running.
 
 use std::time::Duration;
 
 use proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
 use proto::mvccpb::Event;
+use std::collections::{BTreeMap, BTreeSet};
+
 use sim::check::calls::{CallKind, CallLog, CallOutcome, check_calls};
+use sim::check::census::{CensusLog, check_census};
 use sim::check::hygiene::check_hygiene;
 use sim::check::lease::{LeaseClientLog, check_leases, expected_upstream_keepalive_streams};
 use sim::check::watch::{WatchEnd, WatchStart, WatcherLog, check_lag, check_watcher};
-use sim::model::{History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord};
+use sim::model::{
+    History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord, StreamWatchers, WatchCensus,
+};
 use sim::world::{Finished, ProxyExit};
 use tonic::Code;
 
@@ -72,9 +78,12 @@ fn watcher(received: Vec<Event>) -> WatcherLog {
         key: b"\0".to_vec(),
         range_end: b"\0".to_vec(),
         prev_kv: false,
+        no_put: false,
         no_delete: false,
         start: Some(WatchStart::Revision(2)),
         received,
+        progress: Vec::new(),
+        problems: Vec::new(),
         end: WatchEnd::CompleteThrough(6),
     }
 }
@@ -159,6 +168,142 @@ fn watch_checker_requires_a_reason_for_a_cancel_and_confirmation_otherwise() {
     assert_eq!(check_watcher(&history, &log), Ok(()));
     log.end = WatchEnd::Unconfirmed;
     assert!(check_watcher(&history, &log).is_err());
+}
+
+#[test]
+fn watch_checker_filters_puts_out_for_noput_and_ends_a_client_cancel_at_the_last_event() {
+    let history = kv_history();
+    // Only the delete of a (at 5) is left with NOPUT.
+    let deletes: Vec<Event> = all_events(&history)
+        .into_iter()
+        .filter(|e| e.r#type == 1)
+        .collect();
+    let mut log = watcher(deletes.clone());
+    log.no_put = true;
+    assert_eq!(check_watcher(&history, &log), Ok(()));
+    log.received = all_events(&history);
+    assert!(
+        check_watcher(&history, &log).is_err(),
+        "puts got through NOPUT"
+    );
+    // Cancelled by its client after two events: those two must be right, nothing more is owed.
+    let mut cancelled = watcher(all_events(&history)[..2].to_vec());
+    cancelled.end = WatchEnd::CancelledByClient;
+    assert_eq!(check_watcher(&history, &cancelled), Ok(()));
+    cancelled.received.remove(0);
+    assert!(check_watcher(&history, &cancelled).is_err());
+}
+
+#[test]
+fn watch_checker_holds_progress_notifications_to_their_promise() {
+    let history = kv_history();
+    let mut log = watcher(all_events(&history));
+    // After 3 events (revisions 2, 3, 4) a notification at revision 4 is right; at 5 it promises the delete too.
+    log.progress = vec![(0, 1), (3, 4)];
+    assert_eq!(check_watcher(&history, &log), Ok(()));
+    log.progress = vec![(3, 5)];
+    let err = check_watcher(&history, &log).unwrap_err();
+    assert!(err.contains("progress notification at revision 5"), "{err}");
+    // Beyond the revision the check covers (6 here), a notification promises nothing it can check.
+    log.progress = vec![(5, 9)];
+    assert_eq!(check_watcher(&history, &log), Ok(()));
+}
+
+#[test]
+fn watch_checker_rejects_a_refused_create_and_protocol_problems() {
+    let history = kv_history();
+    let mut refused = watcher(Vec::new());
+    refused.start = None;
+    refused.end = WatchEnd::Refused {
+        reason: "mvcc: duplicate watch ID provided on the WatchStream".into(),
+    };
+    assert!(
+        check_watcher(&history, &refused)
+            .unwrap_err()
+            .contains("refused")
+    );
+    let mut wrong_id = watcher(all_events(&history));
+    wrong_id
+        .problems
+        .push("asked for watch ID 1000, was created as 3".into());
+    assert!(
+        check_watcher(&history, &wrong_id)
+            .unwrap_err()
+            .contains("1000")
+    );
+}
+
+fn range(key: &str, range_end: &str) -> (Vec<u8>, Vec<u8>) {
+    (key.as_bytes().to_vec(), range_end.as_bytes().to_vec())
+}
+
+fn stream(member: usize, index: usize, ranges: &[((&str, &str), usize)]) -> StreamWatchers {
+    StreamWatchers {
+        member,
+        stream: index,
+        ranges: ranges
+            .iter()
+            .map(|((k, e), n)| (range(k, e), *n))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn census(streams: Vec<StreamWatchers>, client_ranges: &[(&str, &str)]) -> CensusLog {
+    CensusLog {
+        at: secs(5.5),
+        census: WatchCensus { streams },
+        client_ranges: client_ranges
+            .iter()
+            .map(|(k, e)| range(k, e))
+            .collect::<BTreeSet<_>>(),
+    }
+}
+
+#[test]
+fn census_checker_accepts_one_upstream_watcher_per_client_range_on_one_stream() {
+    let good = census(
+        vec![stream(1, 4, &[(("a", ""), 1), (("b", "c"), 1)])],
+        &[("a", ""), ("b", "c")],
+    );
+    assert!(check_census(&good).is_empty());
+    let nothing = census(Vec::new(), &[]);
+    assert!(check_census(&nothing).is_empty());
+}
+
+#[test]
+fn census_checker_catches_duplicates_leftovers_missing_ranges_and_a_second_stream() {
+    let clients = [("a", ""), ("b", "c")];
+    let duplicate = census(
+        vec![stream(0, 1, &[(("a", ""), 2), (("b", "c"), 1)])],
+        &clients,
+    );
+    let violations = check_census(&duplicate);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("2 upstream watchers"));
+    let leftover = census(
+        vec![stream(
+            0,
+            1,
+            &[(("a", ""), 1), (("b", "c"), 1), (("z", ""), 1)],
+        )],
+        &clients,
+    );
+    let violations = check_census(&leftover);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("no client watcher watches"));
+    let missing = census(vec![stream(0, 1, &[(("a", ""), 1)])], &clients);
+    assert_eq!(check_census(&missing).len(), 1);
+    // Each range once, but split over two streams (two members): not one upstream stream.
+    let split = census(
+        vec![
+            stream(0, 1, &[(("a", ""), 1)]),
+            stream(2, 7, &[(("b", "c"), 1)]),
+        ],
+        &clients,
+    );
+    let violations = check_census(&split);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("2 upstream Watch stream(s)"));
 }
 
 #[test]

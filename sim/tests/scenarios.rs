@@ -69,6 +69,17 @@ fn lease_scenario_keeps_live_leases_and_expires_stopped_ones() {
 }
 
 #[test]
+fn watch_scale_scenario_hundreds_of_multiplexed_watchers_are_complete_and_share_upstream_watchers()
+{
+    sweep(Scenario::WatchScale);
+}
+
+#[test]
+fn lease_scale_scenario_thousands_of_leases_share_one_upstream_stream() {
+    sweep(Scenario::LeaseScale);
+}
+
+#[test]
 fn one_seed_gives_one_trace_digest() {
     let seed = seeds::sweep()[0];
     for scenario in Scenario::ALL {

@@ -2,6 +2,7 @@
 //! Each is a pure function, tested on deliberately broken histories (see `tests/checkers.rs`).
 
 pub mod calls;
+pub mod census;
 pub mod hygiene;
 pub mod lease;
 pub mod watch;

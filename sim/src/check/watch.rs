@@ -4,6 +4,8 @@
 //! the model's events on its range from its start revision through the revision it last knew to be complete, in
 //! order, with no gap and no duplicate. A watcher created without a start revision starts after the revision its
 //! Created response reported; the lag is how far that report was behind the model when the watcher was created.
+//! A progress notification at revision R promises the watcher has every event through R: the events received
+//! before it must be exactly the expected ones through R.
 
 use proto::mvccpb::Event;
 use proto::mvccpb::event::EventType;
@@ -51,6 +53,10 @@ pub enum WatchEnd {
         reason: String,
         compact_revision: i64,
     },
+    /// Its client cancelled it (what it received until then must still be right).
+    CancelledByClient,
+    /// The server refused to create it (watch ID -1); the scenarios only send valid creates.
+    Refused { reason: String },
     /// The run ended before the watcher could confirm anything (for example it never got a Created response).
     Unconfirmed,
 }
@@ -62,15 +68,29 @@ pub struct WatcherLog {
     pub key: Vec<u8>,
     pub range_end: Vec<u8>,
     pub prev_kv: bool,
+    pub no_put: bool,
     pub no_delete: bool,
     pub start: Option<WatchStart>,
     pub received: Vec<Event>,
+    /// Progress notifications: how many events had been received when one came, and its header revision.
+    pub progress: Vec<(usize, i64)>,
+    /// What the client saw wrong with the protocol (a Created answer with another watch ID than asked for, ...).
+    pub problems: Vec<String>,
     pub end: WatchEnd,
 }
 
 /// Checks one watcher against the history. `Ok` carries nothing; the lag is checked separately.
 pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> {
+    if let Some(problem) = log.problems.first() {
+        return Err(format!("{}: {problem}", log.name));
+    }
     let Some(start) = &log.start else {
+        if let WatchEnd::Refused { reason } = &log.end {
+            return Err(format!(
+                "{}: a valid create was refused: {reason:?}",
+                log.name
+            ));
+        }
         return match log.end {
             WatchEnd::Unconfirmed if log.received.is_empty() => Ok(()),
             _ => Err(format!(
@@ -90,9 +110,14 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
                 return Err(format!("{}: cancelled without a reason", log.name));
             }
             // Everything received before the cancel must still be right.
-            log.received
-                .last()
-                .map_or(first - 1, |e| e.kv.as_ref().map_or(0, |kv| kv.mod_revision))
+            last_received(log, first)
+        }
+        WatchEnd::CancelledByClient => last_received(log, first),
+        WatchEnd::Refused { reason } => {
+            return Err(format!(
+                "{}: refused after it was created: {reason:?}",
+                log.name
+            ));
         }
         WatchEnd::Unconfirmed => {
             return Err(format!(
@@ -106,6 +131,7 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
         .events_between(first, through)
         .filter(|e| e.kv.as_ref().is_some_and(|kv| range.contains(&kv.key)))
         .filter(|e| !(log.no_delete && e.r#type == EventType::Delete as i32))
+        .filter(|e| !(log.no_put && e.r#type == EventType::Put as i32))
         .map(|e| {
             let mut e = e.clone();
             if !log.prev_kv {
@@ -114,7 +140,40 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
             e
         })
         .collect();
-    compare_events(&log.name, &expected, &log.received)
+    compare_events(&log.name, &expected, &log.received)?;
+    check_progress(log, &expected, through)
+}
+
+/// The revision of the last event received (`first - 1` if none).
+fn last_received(log: &WatcherLog, first: i64) -> i64 {
+    log.received
+        .last()
+        .map_or(first - 1, |e| e.kv.as_ref().map_or(0, |kv| kv.mod_revision))
+}
+
+fn revision_of(event: &Event) -> i64 {
+    event.kv.as_ref().map_or(0, |kv| kv.mod_revision)
+}
+
+/// Every progress notification at a revision the check covers came after exactly the expected events through it.
+fn check_progress(log: &WatcherLog, expected: &[Event], through: i64) -> Result<(), String> {
+    for &(received, revision) in &log.progress {
+        if revision > through {
+            continue;
+        }
+        let promised = expected
+            .iter()
+            .take_while(|e| revision_of(e) <= revision)
+            .count();
+        if received != promised {
+            return Err(format!(
+                "{}: a progress notification at revision {revision} came after {received} event(s); \
+                 the model has {promised} through that revision",
+                log.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The first difference between the expected and the received events, described for a person.

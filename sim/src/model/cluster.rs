@@ -1,6 +1,6 @@
 //! [`Cluster`]: the handle every member and the checkers share. It owns the store behind a lock, the identities
-//! (cluster ID, member IDs, raft term), the seeded source of lease IDs, the virtual clock, and a signal that wakes
-//! watch streams whenever the store changes.
+//! (cluster ID, member IDs, raft term), the seeded source of lease IDs, the virtual clock, a signal that wakes
+//! watch streams whenever the store changes, and the census of live watchers ([`WatchCensus`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
+use super::census::{Registry, WatchCensus, WatchedRange};
 use super::history::{History, StreamKind, StreamRecord};
 use super::store::Store;
 
@@ -36,6 +37,8 @@ struct Shared {
     /// The latest simulated time seen, in nanoseconds (0 until the cluster runs inside a simulation).
     last_sim_nanos: AtomicU64,
     progress_interval: Mutex<Duration>,
+    /// Live watchers per Watch stream (see [`WatchCensus`]).
+    census: Mutex<Registry>,
 }
 
 impl Cluster {
@@ -65,6 +68,7 @@ impl Cluster {
                 epoch: tokio::time::Instant::now(),
                 last_sim_nanos: AtomicU64::new(0),
                 progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
+                census: Mutex::new(Registry::default()),
             }),
         }
     }
@@ -178,6 +182,11 @@ impl Cluster {
         lock(&self.shared.store).history.clone()
     }
 
+    /// The live watchers of every member right now.
+    pub fn watch_census(&self) -> WatchCensus {
+        lock(&self.shared.census).snapshot()
+    }
+
     /// Records that a client opened a stream; the returned guard records its end when dropped.
     pub fn open_stream(&self, member: usize, kind: StreamKind) -> StreamGuard {
         let now = self.now();
@@ -195,6 +204,7 @@ impl Cluster {
         };
         StreamGuard {
             cluster: self.clone(),
+            member,
             index,
         }
     }
@@ -203,6 +213,7 @@ impl Cluster {
 /// Marks a recorded stream closed when the member's stream task ends (normally, by error, or by a crash).
 pub struct StreamGuard {
     cluster: Cluster,
+    member: usize,
     index: usize,
 }
 
@@ -215,6 +226,16 @@ impl StreamGuard {
         record.first_request_at.get_or_insert(now);
         record.last_request_at = Some(now);
     }
+
+    /// Counts a watcher the member created on this stream in the census.
+    pub fn watcher_added(&self, range: WatchedRange) {
+        lock(&self.cluster.shared.census).added(self.member, self.index, range);
+    }
+
+    /// Removes a cancelled watcher of this stream from the census.
+    pub fn watcher_removed(&self, range: &WatchedRange) {
+        lock(&self.cluster.shared.census).removed(self.index, range);
+    }
 }
 
 impl Drop for StreamGuard {
@@ -223,6 +244,8 @@ impl Drop for StreamGuard {
         if let Ok(mut store) = self.cluster.shared.store.lock() {
             store.history.streams[self.index].closed_at = Some(now);
         }
+        // Whatever ends the stream (the client going away, a crash dropping the member's tasks) ends its watchers.
+        lock(&self.cluster.shared.census).stream_ended(self.index);
     }
 }
 

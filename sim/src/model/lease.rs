@@ -47,11 +47,13 @@ impl Store {
             id
         };
         let ttl = ttl.max(MIN_LEASE_TTL);
+        let expires_at = now + Duration::from_secs(ttl as u64);
+        self.expiries.insert((expires_at, id));
         self.leases.insert(
             id,
             Lease {
                 granted_ttl: ttl,
-                expires_at: now + Duration::from_secs(ttl as u64),
+                expires_at,
                 keys: BTreeSet::new(),
             },
         );
@@ -81,6 +83,7 @@ impl Store {
         let Some(lease) = self.leases.remove(&id) else {
             return;
         };
+        self.expiries.remove(&(lease.expires_at, id));
         let latest = self.latest();
         for key in &lease.keys {
             if let Some(kv) = self
@@ -102,7 +105,9 @@ impl Store {
         let Some(lease) = self.leases.get_mut(&id) else {
             return 0;
         };
+        self.expiries.remove(&(lease.expires_at, id));
         lease.expires_at = now + Duration::from_secs(lease.granted_ttl as u64);
+        self.expiries.insert((lease.expires_at, id));
         if let Some(record) = self.history.leases.get_mut(&id) {
             record.keep_alives.push((now, member));
         }
@@ -136,12 +141,14 @@ impl Store {
 
     /// Ends every lease whose time is up (each deleting its keys in its own revision). Returns whether any ended.
     pub fn expire_leases(&mut self, now: Duration) -> bool {
-        let due: Vec<i64> = self
-            .leases
+        let mut due: Vec<i64> = self
+            .expiries
             .iter()
-            .filter(|(_, lease)| lease.expires_at <= now)
-            .map(|(id, _)| *id)
+            .take_while(|(expires_at, _)| *expires_at <= now)
+            .map(|(_, id)| *id)
             .collect();
+        // Leases due together end in ID order (each in its own revision).
+        due.sort_unstable();
         for id in &due {
             self.end_lease(*id, now, LeaseEnd::Expired);
         }
@@ -150,6 +157,6 @@ impl Store {
 
     /// When the next lease expires, if any lease exists.
     pub fn next_expiry(&self) -> Option<Duration> {
-        self.leases.values().map(|lease| lease.expires_at).min()
+        self.expiries.first().map(|(expires_at, _)| *expires_at)
     }
 }

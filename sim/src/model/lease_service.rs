@@ -70,6 +70,8 @@ impl Lease for LeaseService {
         tokio::spawn(async move {
             loop {
                 let next = tokio::select! {
+                    // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+                    biased;
                     next = inbound.next() => next,
                     () = stopped(&mut stop) => return,
                     _ = tx.closed() => return,

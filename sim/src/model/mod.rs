@@ -4,9 +4,11 @@
 //! - [`keyspace`]: etcd's `key`/`range_end` rules.
 //! - [`store`], [`txn`], [`lease`]: the state and its operations, synchronous and deterministic.
 //! - [`history`]: what the checkers read (revisions, compactions, leases, upstream streams).
+//! - [`census`]: the live watchers per member, stream and range, at any instant.
 //! - [`errors`]: etcd's exact error statuses.
 //! - `*_service`: one file per etcd service; [`serve`] puts them on a listener.
 
+pub mod census;
 pub mod cluster;
 mod cluster_service;
 pub mod errors;
@@ -20,10 +22,11 @@ pub mod store;
 pub mod txn;
 mod watch_service;
 
+pub use census::{StreamWatchers, WatchCensus, WatchedRange};
 pub use cluster::Cluster;
 pub use cluster_service::MODEL_VERSION;
 pub use history::{
     History, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind, StreamRecord, max_overlap,
 };
-pub use serve::serve;
+pub use serve::{ServeOptions, serve, serve_with};
 pub use store::Store;

@@ -26,6 +26,15 @@ use super::watch_service::WatchService;
 /// How often the expiry task looks at the leases when none is due sooner.
 const EXPIRY_IDLE_POLL: Duration = Duration::from_millis(500);
 
+/// How a member serves, beyond etcd's defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServeOptions {
+    /// HTTP/2 keep-alive pings to clients: `(interval, timeout)`, etcd's `--grpc-keepalive-interval` and
+    /// `--grpc-keepalive-timeout` (etcd pings after two idle hours; `None` here sends no pings). A connection whose
+    /// client stops answering is closed, ending its streams and their watchers.
+    pub keepalive: Option<(Duration, Duration)>,
+}
+
 /// Serves member `member` of `cluster` on `listener` until `shutdown` completes; then ends every Watch and
 /// keep-alive stream and stops. Services the model does not implement (Auth, Election, Lock) answer Unimplemented.
 pub async fn serve(
@@ -34,6 +43,17 @@ pub async fn serve(
     listener: Box<dyn Listener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
+    serve_with(cluster, member, listener, shutdown, ServeOptions::default()).await
+}
+
+/// [`serve`] with options.
+pub async fn serve_with(
+    cluster: Cluster,
+    member: usize,
+    listener: Box<dyn Listener>,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) -> Result<(), tonic::transport::Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let signal = {
         let mut stop = stop_rx.clone();
@@ -41,7 +61,10 @@ pub async fn serve(
             let _ = stop.wait_for(|stopped| *stopped).await;
         }
     };
+    let (keepalive_interval, keepalive_timeout) = options.keepalive.unzip();
     let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(keepalive_interval)
+        .http2_keepalive_timeout(keepalive_timeout)
         .add_service(KvServer::new(KvService {
             cluster: cluster.clone(),
             member,
@@ -71,6 +94,8 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+            biased;
             result = &mut server => return result,
             () = &mut expiry => {}
             () = &mut shutdown => {

@@ -41,6 +41,9 @@ pub struct Store {
     compacted: i64,
     keys: BTreeMap<Vec<u8>, Vec<Version>>,
     pub(super) leases: BTreeMap<i64, Lease>,
+    /// Every lease's `(expires_at, id)`, so that expiry finds the due leases without scanning them all (the
+    /// store is consulted on every request, and a scenario keeps thousands of leases).
+    pub(super) expiries: BTreeSet<(Duration, i64)>,
     /// Events of the write in progress, committed as one revision by [`Store::commit`].
     staged: Vec<Event>,
     pub history: History,
@@ -60,6 +63,7 @@ impl Store {
             compacted: 0,
             keys: BTreeMap::new(),
             leases: BTreeMap::new(),
+            expiries: BTreeSet::new(),
             staged: Vec::new(),
             history: History::default(),
         }

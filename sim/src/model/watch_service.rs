@@ -6,6 +6,9 @@
 //! filters, prev_kv, progress notifications and progress requests (watch_id -1), cancel, and a start revision below
 //! the compaction revision answered by a response with `compact_revision` set and `canceled`. A client half-close
 //! does not end the stream; the client going away or the member stopping does.
+//!
+//! Every live watcher is counted in the cluster's [`census`](super::census) under its stream, from just before its
+//! Created answer until its cancel or the end of its stream.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::census::WatchedRange;
 use super::cluster::{Cluster, StreamGuard, stopped};
 use super::history::StreamKind;
 use super::keyspace::KeyRange;
@@ -44,16 +48,18 @@ impl Watch for WatchService {
             watchers: BTreeMap::new(),
             next_id: 0,
             tx,
+            guard: self.cluster.open_stream(self.member, StreamKind::Watch),
         };
-        let guard = self.cluster.open_stream(self.member, StreamKind::Watch);
         let stop = self.stop.clone();
         let inbound = request.into_inner();
-        tokio::spawn(session.run(inbound, stop, guard));
+        tokio::spawn(session.run(inbound, stop));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 
 struct Watcher {
+    /// The range as the create request spelled it (the census counts by it).
+    requested: WatchedRange,
     range: KeyRange,
     next_revision: i64,
     no_put: bool,
@@ -68,18 +74,15 @@ struct Session {
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
     tx: mpsc::Sender<Result<WatchResponse, Status>>,
+    /// Records the stream in the history and its live watchers in the census; dropping it ends both.
+    guard: StreamGuard,
 }
 
 /// The client went away: the session ends.
 struct Gone;
 
 impl Session {
-    async fn run(
-        mut self,
-        mut inbound: Streaming<WatchRequest>,
-        mut stop: watch::Receiver<bool>,
-        guard: StreamGuard,
-    ) {
+    async fn run(mut self, mut inbound: Streaming<WatchRequest>, mut stop: watch::Receiver<bool>) {
         let mut changed = self.cluster.subscribe();
         let mut progress = tokio::time::interval(self.cluster.progress_interval());
         progress.tick().await;
@@ -90,9 +93,11 @@ impl Session {
             }
             let tx = self.tx.clone();
             tokio::select! {
+                // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+                biased;
                 next = inbound.next(), if reading => match next {
                     Some(Ok(request)) => {
-                        guard.touch();
+                        self.guard.touch();
                         if self.handle(request).await.is_err() {
                             return;
                         }
@@ -129,7 +134,8 @@ impl Session {
         match request.request_union {
             Some(RequestUnion::CreateRequest(create)) => self.create(create).await,
             Some(RequestUnion::CancelRequest(cancel)) => {
-                if self.watchers.remove(&cancel.watch_id).is_some() {
+                if let Some(watcher) = self.watchers.remove(&cancel.watch_id) {
+                    self.guard.watcher_removed(&watcher.requested);
                     self.send(WatchResponse {
                         header: self.header(),
                         watch_id: cancel.watch_id,
@@ -192,6 +198,30 @@ impl Session {
             self.next_id += 1;
             self.next_id - 1
         };
+        let compacted_start = create.start_revision > 0 && create.start_revision < compacted;
+        if !compacted_start {
+            // Live (and counted in the census) before its Created answer leaves, so a client that got the answer
+            // finds it counted.
+            let next_revision = if create.start_revision > 0 {
+                create.start_revision
+            } else {
+                current + 1
+            };
+            let requested = (create.key.clone(), create.range_end.clone());
+            self.guard.watcher_added(requested.clone());
+            self.watchers.insert(
+                id,
+                Watcher {
+                    requested,
+                    range,
+                    next_revision,
+                    no_put: create.filters.contains(&(FilterType::Noput as i32)),
+                    no_delete: create.filters.contains(&(FilterType::Nodelete as i32)),
+                    prev_kv: create.prev_kv,
+                    progress_notify: create.progress_notify,
+                },
+            );
+        }
         self.send(WatchResponse {
             header: Some(self.cluster.header(self.member, current)),
             watch_id: id,
@@ -199,7 +229,8 @@ impl Session {
             ..Default::default()
         })
         .await?;
-        if create.start_revision > 0 && create.start_revision < compacted {
+        if compacted_start {
+            // Answered by a compaction cancel and never live (etcd's watcher gauge does not count it either).
             return self
                 .send(WatchResponse {
                     header: Some(self.cluster.header(self.member, current)),
@@ -210,22 +241,6 @@ impl Session {
                 })
                 .await;
         }
-        let next_revision = if create.start_revision > 0 {
-            create.start_revision
-        } else {
-            current + 1
-        };
-        self.watchers.insert(
-            id,
-            Watcher {
-                range,
-                next_revision,
-                no_put: create.filters.contains(&(FilterType::Noput as i32)),
-                no_delete: create.filters.contains(&(FilterType::Nodelete as i32)),
-                prev_kv: create.prev_kv,
-                progress_notify: create.progress_notify,
-            },
-        );
         Ok(())
     }
 

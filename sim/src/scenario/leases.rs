@@ -1,6 +1,8 @@
-//! Lease clients: each grants a lease through the proxy, attaches a key, and keeps the lease alive over a
-//! keep-alive stream through the proxy, re-opening the stream when it fails or stops answering. One client may
-//! stop at a chosen time; the checker then expects its lease gone within TTL plus one interval.
+//! Lease clients: each grants its leases through the proxy, attaches a key to the first, and keeps them all alive
+//! over one keep-alive stream through the proxy (a request per lease each interval, as an application holding many
+//! leases on one client does), re-opening the stream when it fails or does not answer every request within the
+//! interval. A client may stop at a chosen time; the checker then expects its leases gone within TTL plus one
+//! interval.
 
 use std::time::Duration;
 
@@ -10,16 +12,19 @@ use proto::etcdserverpb::lease_client::LeaseClient;
 use proto::etcdserverpb::{LeaseGrantRequest, LeaseKeepAliveRequest, PutRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
 
 use super::logs::{Logs, now};
 use crate::check::lease::LeaseClientLog;
-use crate::topology::{channel, etcd_client, proxy_authority};
+use crate::model::Cluster;
+use crate::topology::{etcd_client, proxy_authority};
 use crate::trace::Trace;
 
 /// Which client library keeps the lease alive.
 #[derive(Clone, Copy, Debug)]
 pub enum Library {
     Tonic,
+    /// `etcd-client`'s keeper keeps one lease per stream: a spec with this library holds exactly one lease.
     EtcdClient,
 }
 
@@ -29,6 +34,8 @@ pub struct LeaseSpec {
     pub library: Library,
     pub ttl: Duration,
     pub interval: Duration,
+    /// How many leases the client keeps alive on its stream.
+    pub leases: usize,
     /// Stop keeping alive at this time (`None`: until `until`).
     pub stop_at: Option<Duration>,
     pub until: Duration,
@@ -36,8 +43,8 @@ pub struct LeaseSpec {
 
 /// Grants through the proxy, retrying until it works (a grant that failed with an unknown outcome may leave an
 /// orphan lease behind; it simply expires).
-async fn grant(spec: &LeaseSpec, trace: &Trace) -> i64 {
-    let mut lease = LeaseClient::new(channel(&proxy_authority()));
+async fn grant(spec: &LeaseSpec, channel: &Channel, trace: &Trace) -> i64 {
+    let mut lease = LeaseClient::new(channel.clone());
     loop {
         let mut request = tonic::Request::new(LeaseGrantRequest {
             ttl: spec.ttl.as_secs() as i64,
@@ -54,10 +61,34 @@ async fn grant(spec: &LeaseSpec, trace: &Trace) -> i64 {
     }
 }
 
-pub async fn lease_client(spec: LeaseSpec, logs: Logs, trace: Trace) {
-    let id = grant(&spec, &trace).await;
-    trace.record(format!("{}: granted lease {id}", spec.name));
-    let mut kv = KvClient::new(channel(&proxy_authority()));
+/// Runs one lease client over `channel` (a connection to the proxy). With `model`, only the first lease is granted
+/// through the proxy and the others straight on the model's store, as another etcd client of the cluster would
+/// (a scenario with thousands of leases is about keeping them alive; a grant is a unary call like any other).
+pub async fn lease_client(
+    spec: LeaseSpec,
+    channel: Channel,
+    model: Option<Cluster>,
+    logs: Logs,
+    trace: Trace,
+) {
+    let mut ids = vec![grant(&spec, &channel, &trace).await];
+    while ids.len() < spec.leases {
+        let id = match &model {
+            Some(cluster) => cluster
+                .with_store(|store, now| {
+                    store.lease_grant(0, spec.ttl.as_secs() as i64, now, || {
+                        cluster.fresh_lease_id()
+                    })
+                })
+                .map(|(id, _)| id)
+                .expect("a model grant with a valid TTL succeeds"),
+            None => grant(&spec, &channel, &trace).await,
+        };
+        ids.push(id);
+    }
+    trace.record(format!("{}: granted leases {ids:?}", spec.name));
+    let id = ids[0];
+    let mut kv = KvClient::new(channel.clone());
     let _ = tokio::time::timeout(
         Duration::from_secs(2),
         kv.put(PutRequest {
@@ -70,35 +101,53 @@ pub async fn lease_client(spec: LeaseSpec, logs: Logs, trace: Trace) {
     .await;
     let end = spec.stop_at.unwrap_or(spec.until).min(spec.until);
     match spec.library {
-        Library::Tonic => keep_alive_tonic(&spec, id, end, &trace).await,
-        Library::EtcdClient => keep_alive_etcd_client(&spec, id, end, &trace).await,
+        Library::Tonic => keep_alive_tonic(&spec, channel, ids.clone(), end, &trace).await,
+        Library::EtcdClient => {
+            assert_eq!(ids.len(), 1, "etcd-client keeps one lease per stream");
+            keep_alive_etcd_client(&spec, id, end, &trace).await
+        }
     }
     let stopped_at = spec.stop_at.filter(|s| *s < spec.until).map(|_| now());
-    trace.record(format!("{}: stopped keeping lease {id} alive", spec.name));
-    logs.push_lease(LeaseClientLog {
-        client: spec.name.clone(),
-        lease: id,
-        ttl: spec.ttl,
-        interval: spec.interval,
-        stopped_at,
-    });
+    trace.record(format!("{}: stopped keeping its leases alive", spec.name));
+    for (index, &lease) in ids.iter().enumerate() {
+        logs.push_lease(LeaseClientLog {
+            client: if ids.len() == 1 {
+                spec.name.clone()
+            } else {
+                format!("{}#{index}", spec.name)
+            },
+            lease,
+            ttl: spec.ttl,
+            interval: spec.interval,
+            stopped_at,
+        });
+    }
     // Outlive the run's end so that the stopped lease's expiry is observed while the world still runs.
     tokio::time::sleep(spec.until.saturating_sub(now())).await;
 }
 
-/// One request per interval on a raw tonic stream; a stream that fails or does not answer within the interval is
-/// replaced.
-async fn keep_alive_tonic(spec: &LeaseSpec, id: i64, end: Duration, trace: &Trace) {
-    let mut client = LeaseClient::new(channel(&proxy_authority()));
-    'reopen: while now() < end {
-        let (tx, rx) = mpsc::channel(4);
+/// One request per lease each interval on a raw tonic stream; a stream that fails or does not answer every request
+/// of a round within the interval is replaced. A lease answered with TTL 0 is gone and no longer renewed.
+async fn keep_alive_tonic(
+    spec: &LeaseSpec,
+    channel: Channel,
+    mut ids: Vec<i64>,
+    end: Duration,
+    trace: &Trace,
+) {
+    let mut client = LeaseClient::new(channel);
+    'reopen: while now() < end && !ids.is_empty() {
+        // Room for a whole round: the first one is queued before the call is opened.
+        let (tx, rx) = mpsc::channel(ids.len() + 1);
+        for &id in &ids {
+            if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
+                continue 'reopen;
+            }
+        }
         let opened = tokio::time::timeout(
             spec.interval,
             client.lease_keep_alive(ReceiverStream::new(rx)),
         );
-        if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
-            continue;
-        }
         let mut responses = match opened.await {
             Ok(Ok(response)) => response.into_inner(),
             _ => {
@@ -107,27 +156,37 @@ async fn keep_alive_tonic(spec: &LeaseSpec, id: i64, end: Duration, trace: &Trac
             }
         };
         loop {
-            match tokio::time::timeout(spec.interval, responses.next()).await {
-                Ok(Some(Ok(response))) => {
-                    if response.ttl <= 0 {
-                        trace.record(format!(
-                            "{}: lease {id} is gone (TTL {})",
-                            spec.name, response.ttl
-                        ));
-                        return;
+            let round_ends = tokio::time::Instant::now() + spec.interval;
+            let mut unanswered = ids.len();
+            while unanswered > 0 {
+                match tokio::time::timeout_at(round_ends, responses.next()).await {
+                    Ok(Some(Ok(response))) => {
+                        unanswered -= 1;
+                        if response.ttl <= 0 {
+                            trace.record(format!(
+                                "{}: lease {} is gone (TTL {})",
+                                spec.name, response.id, response.ttl
+                            ));
+                            ids.retain(|&id| id != response.id);
+                        }
+                    }
+                    _ => {
+                        trace.record(format!("{}: keep-alive stream lost", spec.name));
+                        continue 'reopen;
                     }
                 }
-                _ => {
-                    trace.record(format!("{}: keep-alive stream lost", spec.name));
-                    continue 'reopen;
-                }
+            }
+            if ids.is_empty() {
+                return;
             }
             tokio::time::sleep(spec.interval).await;
             if now() >= end {
                 return;
             }
-            if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
-                continue 'reopen;
+            for &id in &ids {
+                if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
+                    continue 'reopen;
+                }
             }
         }
     }

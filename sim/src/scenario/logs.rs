@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::check::calls::CallLog;
+use crate::check::census::CensusLog;
 use crate::check::lease::LeaseClientLog;
 use crate::check::watch::WatcherLog;
 
@@ -11,6 +12,9 @@ pub struct Logs {
     pub watchers: Arc<Mutex<Vec<WatcherLog>>>,
     pub calls: Arc<Mutex<Vec<CallLog>>>,
     pub leases: Arc<Mutex<Vec<LeaseClientLog>>>,
+    pub censuses: Arc<Mutex<Vec<CensusLog>>>,
+    /// What Watch streams saw wrong that belongs to no one watcher.
+    pub stream_problems: Arc<Mutex<Vec<String>>>,
 }
 
 impl Logs {
@@ -33,6 +37,34 @@ impl Logs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(log);
+    }
+
+    pub fn push_census(&self, log: CensusLog) {
+        self.censuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(log);
+    }
+
+    pub fn push_stream_problems(&self, problems: Vec<String>) {
+        self.stream_problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(problems);
+    }
+
+    pub fn censuses(&self) -> Vec<CensusLog> {
+        self.censuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn stream_problems(&self) -> Vec<String> {
+        self.stream_problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn watchers(&self) -> Vec<WatcherLog> {

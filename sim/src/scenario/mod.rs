@@ -8,6 +8,7 @@
 pub mod callers;
 pub mod leases;
 pub mod logs;
+pub mod scale;
 pub mod watchers;
 pub mod writers;
 
@@ -19,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
 use crate::check::calls::{ToleratedWriteFailure, check_calls};
+use crate::check::census::check_census;
 use crate::check::hygiene::check_hygiene;
 use crate::check::lease::{check_leases, expected_upstream_keepalive_streams};
 use crate::check::watch::{check_lag, check_watcher};
@@ -27,7 +29,7 @@ use crate::topology::{channel, proxy_authority};
 use crate::trace::digest;
 use crate::world::{Settings, World};
 use logs::{Logs, now};
-use watchers::{WatcherSpec, run_watcher};
+use watchers::{Fence, LiveWatchers, Start, StreamEnv, WatcherSpec, run_watcher};
 
 /// How far behind the model a watcher created without a start revision may begin. The pass-through proxy opens a
 /// fresh watcher on etcd, which reports the current revision, so nothing lags; coalescing may join an existing
@@ -50,16 +52,30 @@ pub enum Scenario {
     /// Lease keep-alives through the proxy across failovers and proxy restarts; one client stops. Checks lease
     /// fan-out, no early expiry, and prompt expiry.
     Lease,
+    /// Hundreds of watchers multiplexed on a few streams per connection, created, cancelled and re-created, under
+    /// the same faults as `watch`. Checks watch completeness, progress, revision lag, and one upstream watcher per
+    /// distinct range at a quiet point.
+    WatchScale,
+    /// Thousands of leases kept alive by hundreds of client streams, some stopping. Checks what `lease` checks.
+    LeaseScale,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 3] = [Scenario::Watch, Scenario::Failover, Scenario::Lease];
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Watch,
+        Scenario::Failover,
+        Scenario::Lease,
+        Scenario::WatchScale,
+        Scenario::LeaseScale,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Watch => "watch",
             Scenario::Failover => "failover",
             Scenario::Lease => "lease",
+            Scenario::WatchScale => "watch-scale",
+            Scenario::LeaseScale => "lease-scale",
         }
     }
 
@@ -107,8 +123,8 @@ impl Report {
 
 /// Phases of a run, in virtual time.
 const FAULTS_FROM: Duration = Duration::from_millis(300);
-const QUIET_FROM: Duration = Duration::from_millis(3500);
-const FENCE_AT: Duration = Duration::from_millis(4500);
+pub const QUIET_FROM: Duration = Duration::from_millis(3500);
+pub const FENCE_AT: Duration = Duration::from_millis(4500);
 const WATCH_GIVE_UP: Duration = Duration::from_secs(9);
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -185,6 +201,8 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         Scenario::Watch => build_watch(&mut world, &logs, &mut rng, members),
         Scenario::Failover => build_failover(&mut world, &logs, &mut rng),
         Scenario::Lease => build_lease(&mut world, &logs, &mut rng),
+        Scenario::WatchScale => scale::build_watch_scale(&mut world, &logs, &mut rng, members),
+        Scenario::LeaseScale => scale::build_lease_scale(&mut world, &logs, &mut rng),
     }
     let finished = world.run();
     let history = finished.cluster.history();
@@ -193,7 +211,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let mut worst_lag = None;
     let mut tolerated = Vec::new();
     match scenario {
-        Scenario::Watch => {
+        Scenario::Watch | Scenario::WatchScale => {
             for log in &watcher_logs {
                 if let Err(violation) = check_watcher(&history, log) {
                     violations.push(violation);
@@ -202,6 +220,16 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             let (worst, lag_violations) = check_lag(&watcher_logs, REVISION_LAG_BOUND);
             worst_lag = worst;
             violations.extend(lag_violations);
+            violations.extend(logs.stream_problems());
+            if scenario == Scenario::WatchScale {
+                let censuses = logs.censuses();
+                if censuses.is_empty() {
+                    violations.push("no census was taken".into());
+                }
+                for census in &censuses {
+                    violations.extend(check_census(census));
+                }
+            }
         }
         Scenario::Failover => {
             let verdict = check_calls(
@@ -213,7 +241,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             violations.extend(verdict.violations);
             tolerated = verdict.tolerated;
         }
-        Scenario::Lease => {
+        Scenario::Lease | Scenario::LeaseScale => {
             let leases = logs.leases();
             violations.extend(check_leases(
                 &history,
@@ -240,7 +268,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
 }
 
 /// Keys and ranges the watchers pick from; every one covers at least one key of the keyspace (for the fence).
-fn watch_ranges() -> Vec<(&'static str, &'static str)> {
+pub(crate) fn watch_ranges() -> Vec<(&'static str, &'static str)> {
     vec![
         ("k/", "k0"),
         ("k/1", ""),
@@ -252,40 +280,46 @@ fn watch_ranges() -> Vec<(&'static str, &'static str)> {
 
 fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: usize) {
     let (fence_tx, fence_rx) = watch::channel(None);
+    // No census here: watchers may go as soon as they are complete.
+    let (_released_tx, released_rx) = watch::channel(true);
     let ranges = watch_ranges();
     for client in 0..3 {
         let mut specs = Vec::new();
         for index in 0..2 {
             let (key, range_end) = ranges[rng.random_range(0..ranges.len())];
-            specs.push(WatcherSpec {
-                name: format!("w{client}.{index}"),
-                key: key.as_bytes().to_vec(),
-                range_end: range_end.as_bytes().to_vec(),
-                start_revision: rng.random_bool(0.3).then(|| rng.random_range(1..4)),
-                prev_kv: rng.random_bool(0.5),
-                no_delete: rng.random_bool(0.2),
-            });
+            let start = match rng.random_bool(0.3) {
+                true => Start::Revision(rng.random_range(1..4)),
+                false => Start::Now,
+            };
+            let mut spec = WatcherSpec::simple(format!("w{client}.{index}"), key, range_end, start);
+            spec.prev_kv = rng.random_bool(0.5);
+            spec.no_delete = rng.random_bool(0.2);
+            specs.push(spec);
         }
         let delay = Duration::from_millis(rng.random_range(0..1500));
-        let cluster = world.cluster.clone();
-        let trace = world.trace.clone();
+        let env_parts = (
+            world.cluster.clone(),
+            world.trace.clone(),
+            fence_rx.clone(),
+            released_rx.clone(),
+        );
         let logs = logs.clone();
-        let fence = fence_rx.clone();
         world.client(&format!("watcher{client}"), async move {
             tokio::time::sleep(delay).await;
-            let channel = channel(&proxy_authority());
+            let (cluster, trace, fence, released) = env_parts;
+            // One connection per client, one stream per watcher.
+            let env = StreamEnv {
+                channel: channel(&proxy_authority()),
+                cluster,
+                fence,
+                released,
+                live: LiveWatchers::default(),
+                give_up_at: WATCH_GIVE_UP,
+                trace,
+            };
             let running: Vec<_> = specs
                 .into_iter()
-                .map(|spec| {
-                    tokio::spawn(run_watcher(
-                        spec,
-                        channel.clone(),
-                        cluster.clone(),
-                        fence.clone(),
-                        WATCH_GIVE_UP,
-                        trace.clone(),
-                    ))
-                })
+                .map(|spec| tokio::spawn(run_watcher(spec, env.clone())))
                 .collect();
             for handle in running {
                 logs.push_watcher(handle.await?);
@@ -315,7 +349,10 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
     world.client("fence", async move {
         tokio::time::sleep(FENCE_AT.saturating_sub(now())).await;
         let revision = writers::fence(members, trace).await;
-        let _ = fence_tx.send(Some(revision));
+        let _ = fence_tx.send(Some(Fence {
+            puts: revision,
+            last: revision,
+        }));
         Ok(())
     });
 }
@@ -336,9 +373,9 @@ fn build_failover(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
 }
 
 /// Lease timing: long enough TTL to ride out a failover, short enough to see the stopped lease expire.
-const LEASE_TTL: Duration = Duration::from_secs(3);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(700);
-const LEASE_UNTIL: Duration = Duration::from_millis(6500);
+pub const LEASE_TTL: Duration = Duration::from_secs(3);
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(700);
+pub const LEASE_UNTIL: Duration = Duration::from_millis(6500);
 
 fn build_lease(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
     let clients = 3;
@@ -353,13 +390,14 @@ fn build_lease(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
             },
             ttl: LEASE_TTL,
             interval: KEEPALIVE_INTERVAL,
+            leases: 1,
             stop_at: (client == stopper)
                 .then(|| Duration::from_millis(rng.random_range(1000..2500))),
             until: LEASE_UNTIL,
         };
         let (logs, trace) = (logs.clone(), world.trace.clone());
         world.client(&format!("lease{client}"), async move {
-            leases::lease_client(spec, logs, trace).await;
+            leases::lease_client(spec, channel(&proxy_authority()), None, logs, trace).await;
             Ok(())
         });
     }

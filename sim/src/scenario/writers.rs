@@ -1,6 +1,6 @@
 //! Writers that go straight to the members (as other etcd clients of the cluster do, bypassing the proxy), and the
-//! fence: one txn that puts every key of the keyspace at one revision, after which nothing is written, so every
-//! watcher can tell when it has seen everything.
+//! fence: one txn that puts every key of the keyspace at one revision (and possibly one that deletes them all),
+//! after which nothing is written, so every watcher can tell when it has seen everything.
 
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use tonic::transport::Channel;
 
 use super::logs::now;
+use super::watchers::Fence;
 use crate::model::Cluster;
 use crate::topology::{channel, member_authority};
 use crate::trace::Trace;
@@ -140,6 +141,35 @@ pub async fn direct_writer(
 /// Puts every key of the keyspace in one txn, straight to a member; returns its revision.
 pub async fn fence(members: usize, trace: Trace) -> i64 {
     let mut members = MemberClients::new(members);
+    put_every_key(&mut members, &trace).await
+}
+
+/// The fence, then one txn deleting every key of the keyspace (so that watchers filtering puts out see the end
+/// too): the revisions of both.
+pub async fn fence_with_deletes(members: usize, trace: Trace) -> Fence {
+    let mut members = MemberClients::new(members);
+    let puts = put_every_key(&mut members, &trace).await;
+    let delete = vec![op(Op::RequestDeleteRange(DeleteRangeRequest {
+        key: b"k/".to_vec(),
+        range_end: b"k0".to_vec(),
+        ..Default::default()
+    }))];
+    loop {
+        if let Some(last) = members
+            .txn(TxnRequest {
+                success: delete.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            trace.record(format!("fence deletes at revision {last}"));
+            return Fence { puts, last };
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn put_every_key(members: &mut MemberClients, trace: &Trace) -> i64 {
     let ops: Vec<RequestOp> = keyspace()
         .into_iter()
         .map(|key| {
