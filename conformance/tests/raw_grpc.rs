@@ -796,9 +796,6 @@ async fn half_closed_watch_stream_keeps_delivering_like_etcd() {
 async fn watch_from_a_compacted_revision_is_canceled_like_etcd() {
     let case = Case {
         name: "watch-compacted-revision",
-        model_defect: Some(
-            "the cancel carrying compact_revision has header revision = the current revision; etcd's has 0",
-        ),
         ..PLAIN
     };
     check(case, watch_from_compacted_revision).await;

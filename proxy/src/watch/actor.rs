@@ -49,7 +49,8 @@ pub type Registry = Arc<Mutex<BTreeMap<Option<String>, mpsc::UnboundedSender<Com
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 /// After this long without a message from etcd, ask it for progress...
 const PROBE_AFTER_SILENCE: Duration = Duration::from_secs(5);
-/// ...and if it does not answer within this, treat the endpoint as failed.
+/// ...and if it does not answer within this, treat the endpoint as failed. The same bound applies to creates: a
+/// member that keeps sending events but no longer hears the proxy would otherwise leave new watchers unanswered.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
 const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -177,6 +178,7 @@ impl Actor {
         let mut check = tokio::time::interval(CHECK_EVERY);
         let mut last_heard = Instant::now();
         let mut probe_sent: Option<Instant> = None;
+        let mut creates = AnswerDeadline::default();
         loop {
             tokio::select! {
                 opened = &mut opening, if responses.is_none() => match opened {
@@ -213,6 +215,9 @@ impl Actor {
                     if self.upstream.active().0 != index {
                         return StreamEnd::Moved;
                     }
+                    if creates.overdue(self.hub.create_progress(), Instant::now(), PROBE_TIMEOUT) {
+                        return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch create in time"));
+                    }
                     if let Some(sent) = probe_sent {
                         if sent.elapsed() > PROBE_TIMEOUT {
                             return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch progress request in time"));
@@ -224,5 +229,62 @@ impl Actor {
                 }
             }
         }
+    }
+}
+
+/// Notices creates etcd leaves unanswered: fed, on every check, the count of creates answered so far (`None` when
+/// none waits), it reports when that count has not moved for longer than the limit while creates wait.
+#[derive(Default)]
+struct AnswerDeadline {
+    waiting: Option<(u64, Instant)>,
+}
+
+impl AnswerDeadline {
+    fn overdue(&mut self, progress: Option<u64>, now: Instant, limit: Duration) -> bool {
+        match (progress, self.waiting) {
+            (None, _) => {
+                self.waiting = None;
+                false
+            }
+            (Some(answered), Some((seen, since))) if answered == seen => now - since > limit,
+            (Some(answered), _) => {
+                self.waiting = Some((answered, now));
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_are_overdue_only_when_no_answer_came_for_longer_than_the_limit() {
+        let limit = Duration::from_secs(5);
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut deadline = AnswerDeadline::default();
+        assert!(!deadline.overdue(None, at(0), limit), "nothing waits");
+        assert!(
+            !deadline.overdue(Some(3), at(1), limit),
+            "first sight starts the clock"
+        );
+        assert!(
+            !deadline.overdue(Some(3), at(6), limit),
+            "exactly the limit is not over it"
+        );
+        assert!(deadline.overdue(Some(3), at(7), limit), "no answer for 6 s");
+        assert!(
+            !deadline.overdue(Some(4), at(8), limit),
+            "an answer restarts the clock"
+        );
+        assert!(!deadline.overdue(Some(4), at(12), limit));
+        assert!(!deadline.overdue(None, at(20), limit), "all answered");
+        assert!(
+            !deadline.overdue(Some(4), at(21), limit),
+            "a new wait starts a new clock"
+        );
+        assert!(deadline.overdue(Some(4), at(27), limit));
     }
 }

@@ -116,6 +116,8 @@ pub struct Hub {
     /// Creates sent on the current stream and not answered yet, in order (`None`: an invalid-range create). etcd
     /// answers creates in order, and a refused create is answered with watch ID -1, so order is what matches them.
     creates_in_flight: VecDeque<Option<i64>>,
+    /// Creates etcd has answered on any stream, ever: the actor watches it move while creates are in flight.
+    creates_answered: u64,
     /// Requests to send upstream.
     pub outbox: Vec<WatchRequest>,
     /// Client watchers of every stream (kept as a count: summing them per response would cost O(streams)).
@@ -138,10 +140,16 @@ impl Hub {
             progress_in_flight: false,
             invalid_creates: VecDeque::new(),
             creates_in_flight: VecDeque::new(),
+            creates_answered: 0,
             outbox: Vec::new(),
             client_watchers: 0,
             reported: (0, 0),
         }
+    }
+
+    /// While creates wait for etcd's answer: how many creates etcd has answered so far (`None`: none waits).
+    pub fn create_progress(&self) -> Option<u64> {
+        (!self.creates_in_flight.is_empty()).then_some(self.creates_answered)
     }
 
     /// Whether the hub needs an upstream stream.
@@ -419,6 +427,7 @@ impl Hub {
             self.latest_header = header;
         }
         let sw_id = if response.created {
+            self.creates_answered += 1;
             match self.creates_in_flight.pop_front() {
                 Some(Some(sw_id)) => sw_id,
                 Some(None) => {

@@ -488,3 +488,22 @@ fn the_coalescing_gauge_counts_shared_watchers_and_never_goes_negative() {
         "never-sent creates need no cancel"
     );
 }
+
+#[test]
+fn create_progress_counts_answers_while_creates_wait_for_etcd() {
+    let mut hub = hub();
+    let _client = Client::open(&mut hub, 1, 16);
+    assert_eq!(hub.create_progress(), None, "nothing sent");
+    hub.create(1, watch("a", 0));
+    hub.create(1, watch("b", 0));
+    hub.flush_creates();
+    assert_eq!(
+        hub.create_progress(),
+        Some(0),
+        "two creates wait, none answered"
+    );
+    hub.upstream_response(created(1, 5));
+    assert_eq!(hub.create_progress(), Some(1), "one answered, one waits");
+    hub.upstream_response(created(2, 5));
+    assert_eq!(hub.create_progress(), None, "all answered");
+}

@@ -231,9 +231,10 @@ impl Session {
         .await?;
         if compacted_start {
             // Answered by a compaction cancel and never live (etcd's watcher gauge does not count it either).
+            // etcd's compaction cancel carries header revision 0.
             return self
                 .send(WatchResponse {
-                    header: Some(self.cluster.header(self.member, current)),
+                    header: Some(self.cluster.header(self.member, 0)),
                     watch_id: id,
                     canceled: true,
                     compact_revision: compacted,
