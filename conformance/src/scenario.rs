@@ -6,6 +6,7 @@
 //! # comment (the first comment lines describe the scenario)
 //! @own-etcd                          it changes cluster-wide state: give it a fresh etcd of its own
 //! @model-unsupported: <reason>       the sim's model etcd does not implement this (listed in the report)
+//! @container-unsupported: <reason>   etcd in a container cannot run it reliably (listed in the report)
 //! $ put <P>a 1                       run `etcdctl put <P>a 1`, record its exit code, stdout and stderr
 //! $ txn -w json <<EOF                ... with the lines up to `EOF` on its stdin
 //! & w1 $ watch <P>a                  start `etcdctl watch <P>a` in the background, named w1
@@ -90,6 +91,8 @@ pub struct Scenario {
     pub own_etcd: bool,
     /// Why the model etcd cannot run it, if it cannot.
     pub model_unsupported: Option<String>,
+    /// Why the testcontainers backend cannot run it, if it cannot (the process backends still do).
+    pub container_unsupported: Option<String>,
     pub lines: Vec<Line>,
 }
 
@@ -106,6 +109,7 @@ impl Scenario {
             description: String::new(),
             own_etcd: false,
             model_unsupported: None,
+            container_unsupported: None,
             lines: Vec::new(),
         };
         let mut it = text.lines().enumerate().peekable();
@@ -133,6 +137,10 @@ impl Scenario {
             }
             if let Some(reason) = line.strip_prefix("@model-unsupported:") {
                 sc.model_unsupported = Some(reason.trim().to_string());
+                continue;
+            }
+            if let Some(reason) = line.strip_prefix("@container-unsupported:") {
+                sc.container_unsupported = Some(reason.trim().to_string());
                 continue;
             }
             let mut source = line.to_string();
@@ -341,6 +349,7 @@ mod tests {
 # Second line.
 @own-etcd
 @model-unsupported: no auth in the model
+@container-unsupported: flaky in a container
 $ put <P>a "hello world"
 $ txn -w json <<EOF
 put <P>b 2
@@ -362,6 +371,10 @@ until-not "x" $ get <P>a
         assert_eq!(
             sc.model_unsupported.as_deref(),
             Some("no auth in the model")
+        );
+        assert_eq!(
+            sc.container_unsupported.as_deref(),
+            Some("flaky in a container")
         );
         let steps: Vec<Step> = sc.lines.iter().map(|l| l.step.clone()).collect();
         assert_eq!(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::backend::{Etcd, Spec};
+use crate::backend::{Etcd, Kind, Spec};
 use crate::report::{Outcome, Status};
 use crate::runner::{self, Place, Transcript};
 use crate::scenario::Scenario;
@@ -33,13 +33,27 @@ pub async fn run_group(
     ctx: &Context,
     with_model: bool,
 ) -> Vec<Outcome> {
+    let (unsupported, runnable): (Vec<&Scenario>, Vec<&Scenario>) = scenarios
+        .iter()
+        .partition(|s| spec.kind == Kind::Testcontainers && s.container_unsupported.is_some());
     let (shared, own): (Vec<&Scenario>, Vec<&Scenario>) =
-        scenarios.iter().partition(|s| !s.own_etcd);
+        runnable.into_iter().partition(|s| !s.own_etcd);
     let (mut a, b) = tokio::join!(
         shared_lane(spec, &shared, ctx, with_model),
         own_lane(spec, &own, ctx, with_model)
     );
     a.extend(b);
+    a.extend(unsupported.iter().flat_map(|sc| {
+        let why = sc.container_unsupported.clone().unwrap_or_default();
+        [TargetKind::Direct, TargetKind::Proxy].map(|t| {
+            outcome(
+                spec,
+                sc,
+                t,
+                Status::Skipped(format!("unsupported in a container: {why}")),
+            )
+        })
+    }));
     a
 }
 
