@@ -56,6 +56,12 @@ struct StartArgs {
     /// watcher at once (0: never; it gets etcd's exact start and is merged later)
     #[arg(long, default_value_t = 0)]
     watch_max_join_lag: u32,
+    /// The proxy's own etcd user for upstream watch streams, as NAME or NAME:PASSWORD (as etcdctl takes it)
+    #[arg(long)]
+    user: Option<String>,
+    /// Password of --user (when not given in --user itself)
+    #[arg(long)]
+    password: Option<String>,
     /// Seed of the proxy's random choices (default: drawn from the OS at start and logged)
     #[arg(long)]
     seed: Option<u64>,
@@ -203,11 +209,44 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     }
     config.watch_buffer_size = args.watch_buffer_size;
     config.watch_max_join_lag = i64::from(args.watch_max_join_lag);
+    config.user = credentials(args.user, args.password)?;
     Ok(Cli {
         config,
         debug: args.debug,
         seed_given,
     })
+}
+
+/// `--user NAME:PASSWORD`, or `--user NAME --password PASSWORD`, the way etcdctl takes them.
+fn credentials(
+    user: Option<String>,
+    password: Option<String>,
+) -> Result<Option<crate::config::Credentials>, String> {
+    let Some(user) = user else {
+        return match password {
+            Some(_) => Err("--password needs --user".into()),
+            None => Ok(None),
+        };
+    };
+    let (name, password) = match (user.split_once(':'), password) {
+        (Some(_), Some(_)) => {
+            return Err("--user NAME:PASSWORD and --password are exclusive".into());
+        }
+        (Some((name, inline)), None) => (name.to_owned(), inline.to_owned()),
+        (None, Some(password)) => (user, password),
+        (None, None) => {
+            return Err(format!(
+                "--user {user:?} needs a password: --user NAME:PASSWORD or --password"
+            ));
+        }
+    };
+    if name.is_empty() {
+        return Err("--user: the user name is empty".into());
+    }
+    Ok(Some(crate::config::Credentials {
+        user: name,
+        password,
+    }))
 }
 
 /// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `0`): what etcd's flags accept.
@@ -353,6 +392,34 @@ mod tests {
             ),
             (&["start", "--dial-timeout=5 seconds"], "invalid duration"),
             (&["start", "--max-recv-bytes=-1"], "-1"),
+        ] {
+            let err = parse_err(args);
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_proxy_user_is_taken_as_etcdctl_takes_it() {
+        use crate::config::Credentials;
+        let given = |args: &[&str]| parse_ok(args).config.user;
+        let proxy = |password: &str| {
+            Some(Credentials {
+                user: "proxy".into(),
+                password: password.into(),
+            })
+        };
+        assert_eq!(given(&["start"]), None);
+        assert_eq!(given(&["start", "--user=proxy:pw"]), proxy("pw"));
+        assert_eq!(given(&["start", "--user=proxy:a:b"]), proxy("a:b"));
+        assert_eq!(
+            given(&["start", "--user", "proxy", "--password", "pw"]),
+            proxy("pw")
+        );
+        for (args, needle) in [
+            (&["start", "--password=pw"][..], "--password needs --user"),
+            (&["start", "--user=proxy"], "needs a password"),
+            (&["start", "--user=proxy:pw", "--password=pw"], "exclusive"),
+            (&["start", "--user=:pw"], "user name is empty"),
         ] {
             let err = parse_err(args);
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -4,6 +4,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use crate::upstream::identity::Credentials;
+
 /// One etcd client endpoint, normalised to `host:port` (the scheme, if any, was `http://`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Endpoint(String);
@@ -117,6 +119,8 @@ pub struct Config {
     /// How far (in revisions) behind the newest known revision a running upstream watcher may be for a new
     /// watcher without start revision to join it (`--watch-max-join-lag`); 0 means never.
     pub watch_max_join_lag: i64,
+    /// The proxy's own etcd identity (`--user`, `--password`), for upstream watch streams.
+    pub user: Option<Credentials>,
     /// Seed of every random choice the proxy makes, so that a run can be reproduced.
     pub seed: u64,
     /// How long graceful shutdown waits for in-flight calls before closing connections.
@@ -145,6 +149,7 @@ impl Config {
             max_concurrent_streams: u32::MAX,
             watch_buffer_size: DEFAULT_WATCH_BUFFER_SIZE,
             watch_max_join_lag: 0,
+            user: None,
             seed,
             shutdown_grace: Duration::from_secs(10),
         }

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub watch_client_watchers: IntGauge,
     /// Upstream watchers open now.
     pub watch_upstream_watchers: IntGauge,
+    /// Tokens the proxy obtained for its own identity (`--user`), by outcome.
+    pub watch_identity_authentications: IntCounterVec,
     /// `/health` checks that passed and failed (etcd's names).
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
@@ -120,6 +122,13 @@ impl Metrics {
             "etcd_grpc_proxy_watch_upstream_watchers",
             "Upstream watchers open on etcd now.",
         )?;
+        let watch_identity_authentications = IntCounterVec::new(
+            Opts::new(
+                "etcd_grpc_proxy_watch_identity_authentications_total",
+                "Authenticate calls the proxy made for its --user (the token of its upstream watch streams), by result.",
+            ),
+            &["result"],
+        )?;
         let health_success = IntCounter::new(
             "etcd_server_health_success",
             "The total number of successful health checks",
@@ -142,6 +151,7 @@ impl Metrics {
         registry.register(Box::new(watch_events_coalescing.clone()))?;
         registry.register(Box::new(watch_client_watchers.clone()))?;
         registry.register(Box::new(watch_upstream_watchers.clone()))?;
+        registry.register(Box::new(watch_identity_authentications.clone()))?;
         registry.register(Box::new(health_success.clone()))?;
         registry.register(Box::new(health_failures.clone()))?;
         Ok(Self {
@@ -160,6 +170,7 @@ impl Metrics {
             watch_events_coalescing,
             watch_client_watchers,
             watch_upstream_watchers,
+            watch_identity_authentications,
             health_success,
             health_failures,
         })

@@ -50,7 +50,12 @@ pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, config: &Config)
         // etcd fragments at its --max-request-bytes plus its 512 KiB gRPC allowance; --max-send-bytes plays the
         // part of --max-request-bytes here (same default, 1.5 MiB).
         fragment_limit: config.max_send_bytes + 512 * 1024,
+        own_identity: config.user.is_some(),
     };
+    let identity = config
+        .user
+        .clone()
+        .map(|credentials| crate::upstream::identity::Identity::new(credentials, metrics.clone()));
     macro_rules! limited {
         ($server:expr) => {
             $server
@@ -65,7 +70,8 @@ pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, config: &Config)
         upstream.clone(),
         metrics.clone(),
         watch_config,
-        config.watch_buffer_size
+        config.watch_buffer_size,
+        identity
     ))))
     .add_service(limited!(LeaseServer::new(crate::lease::LeaseService::new(
         upstream.clone(),

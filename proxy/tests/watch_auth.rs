@@ -1,6 +1,8 @@
-//! Watches under etcd auth: upstream watch streams are shared only between callers with the same token, so a
-//! caller's watch never depends on another caller's token staying valid (the Go proxy's shared stream fails once
-//! the token of whoever opened it expires).
+//! Watches under etcd auth. Without `--user`, upstream watch streams are shared only between callers with the
+//! same token, so a caller's watch never depends on another caller's token staying valid (the Go proxy's shared
+//! stream fails once the token of whoever opened it expires). With `--user`, the proxy holds the upstream streams
+//! with its own token, renews it when etcd refuses it, and admits each caller's watcher by a check of the
+//! caller's own token.
 
 mod support;
 
@@ -36,7 +38,8 @@ async fn token(addr: &str, name: &str, password: &str) -> String {
         .token
 }
 
-/// Opens a Watch stream with `token` and creates one watcher on `key`; returns the stream and the create answer.
+/// Opens a Watch stream with `token` (none if empty) and creates one watcher on `key`; returns the stream and the
+/// create answer.
 async fn watch_with(
     addr: &str,
     token: &str,
@@ -56,13 +59,39 @@ async fn watch_with(
     })
     .await
     .unwrap();
+    let requests = ReceiverStream::new(rx);
+    let request = if token.is_empty() {
+        tonic::Request::new(requests)
+    } else {
+        with_meta(requests, "token", token)
+    };
     let mut responses = WatchClient::new(channel(addr).await)
-        .watch(with_meta(ReceiverStream::new(rx), "token", token))
+        .watch(request)
         .await
         .unwrap()
         .into_inner();
     let answer = next(&mut responses).await;
     (tx, responses, answer)
+}
+
+async fn put_as(ep: &str, token: &str, key: &str, value: &str) {
+    KvClient::new(channel(ep).await)
+        .put(with_meta(
+            PutRequest {
+                key: key.into(),
+                value: value.into(),
+                ..Default::default()
+            },
+            "token",
+            token,
+        ))
+        .await
+        .unwrap();
+}
+
+/// The parts of a refusal a client reads.
+fn refusal_shape(r: &WatchResponse) -> (i64, bool, bool, String) {
+    (r.watch_id, r.created, r.canceled, r.cancel_reason.clone())
 }
 
 async fn next(responses: &mut Streaming<WatchResponse>) -> WatchResponse {
@@ -126,8 +155,10 @@ async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
     // The expired token is refused for a new watcher exactly as etcd refuses it.
     let (_d, _ds, direct_refusal) = watch_with(&ep, &first, "k").await;
     let (_p, _ps, proxy_refusal) = watch_with(&addr, &first, "k").await;
-    let shape = |r: &WatchResponse| (r.created, r.canceled, r.cancel_reason.clone());
-    assert_eq!(shape(&proxy_refusal), shape(&direct_refusal));
+    assert_eq!(
+        refusal_shape(&proxy_refusal),
+        refusal_shape(&direct_refusal)
+    );
 
     let root = token(&ep, "root", "rootpw").await;
     KvClient::new(channel(&ep).await)
@@ -154,4 +185,143 @@ async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
             "{who}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_token() {
+    if !support::etcd_available() {
+        return;
+    }
+    let mut etcd = EtcdCluster::start_with_args(1, &["--auth-token-ttl=2"]).await;
+    let ep = etcd.endpoint(0);
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "proxy:proxypw"],
+        &["role", "add", "watch-all"],
+        &[
+            "role",
+            "grant-permission",
+            "watch-all",
+            "read",
+            "--from-key",
+            "a",
+        ],
+        &["user", "grant-role", "proxy", "watch-all"],
+        &["user", "add", "reader:readerpw"],
+        &["role", "add", "readk"],
+        &["role", "grant-permission", "readk", "read", "k"],
+        &["user", "grant-role", "reader", "readk"],
+        &["user", "add", "nobody:nobodypw"],
+        &["auth", "enable"],
+    ] {
+        etcdctl_ok(&ep, args).await;
+    }
+    let proxy = Proxy::start(&etcd.endpoints(), &["--user=proxy:proxypw"]).await;
+    let addr = proxy.addr();
+
+    let reader = token(&addr, "reader", "readerpw").await;
+    let (_keep, mut watching, created) = watch_with(&addr, &reader, "k").await;
+    assert!(created.created && !created.canceled, "{created:?}");
+
+    // Callers are admitted by their own permissions, not the proxy's: refused exactly as etcd refuses them.
+    let nobody = token(&addr, "nobody", "nobodypw").await;
+    for (who, token, key) in [
+        ("no role", nobody.as_str(), "k"),
+        ("a key the role does not cover", &reader, "l"),
+        ("no token at all", "", "k"),
+    ] {
+        let (_d, _ds, direct) = watch_with(&ep, token, key).await;
+        let (_p, _ps, proxied) = watch_with(&addr, token, key).await;
+        assert!(direct.canceled, "{who}: etcd should refuse: {direct:?}");
+        assert_eq!(refusal_shape(&proxied), refusal_shape(&direct), "{who}");
+    }
+
+    let root = token(&ep, "root", "rootpw").await;
+    put_as(&ep, &root, "k", "before").await;
+    let event = next(&mut watching).await;
+    assert_eq!(event.events[0].kv.as_ref().unwrap().value, &b"before"[..]);
+
+    // Leave every token unused past `--auth-token-ttl` (each use renews it, so waiting is the only way): the
+    // reader's and the proxy's expire alike; check the reader's once. Then restart etcd: the proxy must re-create
+    // its upstream watcher, with a new token of its own, from the next revision: no cancel, no gap.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let read = KvClient::new(channel(&ep).await)
+        .range(with_meta(
+            RangeRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            },
+            "token",
+            &reader,
+        ))
+        .await;
+    assert!(
+        matches!(&read, Err(status) if status.message().contains("invalid auth token")),
+        "the reader's token should have expired: {read:?}"
+    );
+    etcd.kill(0);
+    etcd.restart(0).await;
+    let root = token(&ep, "root", "rootpw").await;
+    put_as(&ep, &root, "k", "after").await;
+    put_as(&ep, &root, "k", "again").await;
+    let mut values = Vec::new();
+    while values.len() < 2 {
+        let response = next(&mut watching).await;
+        assert!(
+            !response.canceled,
+            "the watcher was cancelled by the restart: {response:?}"
+        );
+        values.extend(
+            response
+                .events
+                .iter()
+                .map(|e| e.kv.as_ref().unwrap().value.clone()),
+        );
+    }
+    assert_eq!(
+        values,
+        [&b"after"[..], &b"again"[..]],
+        "no gap, no duplicate"
+    );
+    let metrics = support::net::http_get(&addr, "/metrics").await.unwrap().1;
+    let tokens = support::metrics::value(
+        &metrics,
+        "etcd_grpc_proxy_watch_identity_authentications_total",
+        &[("result", "token")],
+    );
+    assert_eq!(
+        tokens,
+        Some(2.0),
+        "one token at start, a new one after etcd refused it"
+    );
+
+    // The reader's own token died with the restart: a new watcher with it is refused, as etcd refuses it.
+    let (_d, _ds, direct) = watch_with(&ep, &reader, "k").await;
+    let (_p, _ps, proxied) = watch_with(&addr, &reader, "k").await;
+    assert!(
+        direct.canceled,
+        "etcd should refuse a forgotten token: {direct:?}"
+    );
+    assert_eq!(refusal_shape(&proxied), refusal_shape(&direct));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_user_etcd_refuses_ends_watchers_with_etcds_reason() {
+    if !support::etcd_available() {
+        return;
+    }
+    let etcd = EtcdCluster::start(1).await;
+    let ep = etcd.endpoint(0);
+    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
+        etcdctl_ok(&ep, args).await;
+    }
+    let proxy = Proxy::start(&etcd.endpoints(), &["--user=root:wrong"]).await;
+    let root = token(&ep, "root", "rootpw").await;
+    let (_keep, _stream, answer) = watch_with(&proxy.addr(), &root, "k").await;
+    assert!(answer.canceled, "{answer:?}");
+    assert!(
+        answer.cancel_reason.contains("--user")
+            && answer.cancel_reason.contains("authentication failed"),
+        "the reason should name the flag and etcd's refusal: {answer:?}"
+    );
 }

@@ -7,6 +7,7 @@
 
 mod call;
 mod forward;
+pub mod identity;
 mod macros;
 pub mod outbound;
 

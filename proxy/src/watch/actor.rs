@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use proto::etcdserverpb::watch_client::WatchClient;
 use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::MetadataValue;
@@ -18,6 +18,7 @@ use tonic::{Request, Status, Streaming};
 use super::hub::{Hub, StreamId, StreamSink};
 use crate::error;
 use crate::upstream::Upstream;
+use crate::upstream::identity::Identity;
 
 /// What client streams ask of their hub.
 pub enum Command {
@@ -36,13 +37,25 @@ pub enum Command {
     Progress {
         stream: StreamId,
     },
+    /// A create refused before it reached the hub (see `admission`), answered in its turn.
+    Refuse {
+        stream: StreamId,
+        reason: String,
+        watch_id: i64,
+    },
     Close {
         stream: StreamId,
+    },
+    /// A client's request, holding one of its stream's queue places until the hub has applied it.
+    Queued {
+        command: Box<Command>,
+        place: OwnedSemaphorePermit,
     },
 }
 
 /// Hubs by caller identity (the `token` metadata): upstream streams are never shared between callers with
-/// different tokens, since etcd checks a watch's permissions with the token of the stream that created it.
+/// different tokens, since etcd checks a watch's permissions with the token of the stream that created it. With
+/// the proxy's own identity every caller shares the hub under `None`.
 pub type Registry = Arc<Mutex<BTreeMap<Option<String>, mpsc::UnboundedSender<Command>>>>;
 
 /// How often the actor looks at the upstream stream's health.
@@ -57,11 +70,21 @@ const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Commands applied before the actor looks at etcd's responses again.
 const DRAIN_BATCH: usize = 1024;
 
+/// Whose token the hub's upstream stream carries.
+pub enum UpstreamAuth {
+    /// The token every client stream of the hub carries (or none).
+    Caller(Option<String>),
+    /// The proxy's own (`--user`); callers were admitted with their own tokens.
+    Proxy(Arc<Identity>),
+}
+
 /// Everything one hub's actor needs.
 pub struct Actor {
     pub hub: Hub,
     pub upstream: Arc<Upstream>,
-    pub token: Option<String>,
+    pub auth: UpstreamAuth,
+    /// The hub's key in the registry.
+    pub key: Option<String>,
     pub commands: mpsc::UnboundedReceiver<Command>,
     pub registry: Registry,
 }
@@ -73,6 +96,8 @@ enum StreamEnd {
     Moved,
     /// The stream failed.
     Failed(Status),
+    /// etcd refused a create for the token the stream carries: re-open it with a fresh one.
+    TokenRefused,
     /// Every client stream and the registry entry are gone.
     Finished,
 }
@@ -85,10 +110,25 @@ impl Actor {
             if !self.wait_for_work().await {
                 return;
             }
+            let token = match self.stream_token().await {
+                Ok(token) => token,
+                Err(status) => {
+                    tracing::debug!(%status, "no token for the upstream watch stream yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(REOPEN_BACKOFF_MAX);
+                    continue;
+                }
+            };
             let (index, channel) = self.upstream.active();
-            match self.serve_stream(channel, index).await {
+            match self.serve_stream(channel, index, token.as_deref()).await {
                 StreamEnd::Finished => return,
                 StreamEnd::Idle | StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
+                StreamEnd::TokenRefused => {
+                    if let UpstreamAuth::Proxy(identity) = &self.auth {
+                        identity.forget(token.as_deref()).await;
+                    }
+                    backoff = REOPEN_BACKOFF_START;
+                }
                 StreamEnd::Failed(status) => {
                     if error::is_endpoint_failure(&status) {
                         self.upstream.report_failure(index);
@@ -103,6 +143,25 @@ impl Actor {
             }
             self.hub.upstream_lost();
         }
+    }
+
+    /// The token to open the upstream stream with. When etcd refuses the proxy's credentials, every watcher is
+    /// ended with etcd's reason (nothing can be watched for them) before the error is returned.
+    async fn stream_token(&mut self) -> Result<Option<String>, Status> {
+        let identity = match &self.auth {
+            UpstreamAuth::Caller(token) => return Ok(token.clone()),
+            UpstreamAuth::Proxy(identity) => identity.clone(),
+        };
+        let token = identity.token(&self.upstream).await;
+        if let Err(status) = &token
+            && !error::is_endpoint_failure(status)
+        {
+            self.hub.end_all(&format!(
+                "etcd-grpc-proxy: etcd refused the proxy's --user credentials: {}",
+                status.message()
+            ));
+        }
+        token
     }
 
     /// Applies commands until the hub needs an upstream stream. Returns false when the actor should end.
@@ -128,7 +187,7 @@ impl Actor {
         if !self.commands.is_empty() {
             return false;
         }
-        registry.remove(&self.token);
+        registry.remove(&self.key);
         self.commands.close();
         true
     }
@@ -139,7 +198,16 @@ impl Actor {
             Command::Create { stream, request } => self.hub.create(stream, request),
             Command::Cancel { stream, watch_id } => self.hub.cancel(stream, watch_id),
             Command::Progress { stream } => self.hub.request_progress(stream),
+            Command::Refuse {
+                stream,
+                reason,
+                watch_id,
+            } => self.hub.refuse(stream, &reason, watch_id),
             Command::Close { stream } => self.hub.close_stream(stream),
+            Command::Queued { command, place } => {
+                self.apply(*command);
+                drop(place);
+            }
         }
     }
 
@@ -155,6 +223,7 @@ impl Actor {
         &mut self,
         channel: tonic::transport::Channel,
         index: usize,
+        token: Option<&str>,
     ) -> StreamEnd {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut request = Request::new(UnboundedReceiverStream::new(rx));
@@ -162,11 +231,7 @@ impl Actor {
         request
             .metadata_mut()
             .insert("hasleader", MetadataValue::from_static("true"));
-        if let Some(token) = self
-            .token
-            .as_deref()
-            .and_then(|t| MetadataValue::try_from(t).ok())
-        {
+        if let Some(token) = token.and_then(|t| MetadataValue::try_from(t).ok()) {
             request.metadata_mut().insert("token", token);
         }
         let mut client =
@@ -191,6 +256,9 @@ impl Actor {
                             last_heard = Instant::now();
                             probe_sent = None;
                             self.hub.upstream_response(response);
+                            if self.hub.take_token_refused() {
+                                return StreamEnd::TokenRefused;
+                            }
                             self.flush(&tx);
                         }
                         Some(Err(status)) => return StreamEnd::Failed(status),

@@ -66,6 +66,8 @@ struct CWatcher {
     created: bool,
     /// Its Created answer went out; later responses go straight to the client.
     announced: bool,
+    /// The watch ID the client asked for (0: let the server choose): etcd 3.5 answers a refused create with it.
+    requested_id: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +89,8 @@ struct SWatcher {
     phase: Phase,
     /// Created for a request the hub does not share (a negative start revision): etcd answers it as it is.
     private: bool,
+    /// etcd refused its create and the hub is retrying it with a fresh proxy token (see `HubConfig::own_identity`).
+    refused_once: bool,
     receivers: BTreeSet<(StreamId, i64)>,
 }
 
@@ -97,6 +101,11 @@ pub struct HubConfig {
     pub max_join_lag: i64,
     /// Responses larger than this are fragmented for watchers that asked for it.
     pub fragment_limit: usize,
+    /// The upstream stream carries the proxy's own token (`--user`), and callers were admitted by a check of their
+    /// own token: a refused create (etcd refuses creates only for want of permission or a valid token; the hub
+    /// never sends a duplicate ID, and invalid ranges are matched apart) means the proxy's token went stale, so it
+    /// is retried once on a stream with a fresh token before its receivers are told.
+    pub own_identity: bool,
 }
 
 /// See the module documentation.
@@ -118,6 +127,8 @@ pub struct Hub {
     creates_in_flight: VecDeque<Option<i64>>,
     /// Creates etcd has answered on any stream, ever: the actor watches it move while creates are in flight.
     creates_answered: u64,
+    /// etcd refused a create and it is to be retried with a fresh proxy token.
+    token_refused: bool,
     /// Requests to send upstream.
     pub outbox: Vec<WatchRequest>,
     /// Client watchers of every stream (kept as a count: summing them per response would cost O(streams)).
@@ -141,6 +152,7 @@ impl Hub {
             invalid_creates: VecDeque::new(),
             creates_in_flight: VecDeque::new(),
             creates_answered: 0,
+            token_refused: false,
             outbox: Vec::new(),
             client_watchers: 0,
             reported: (0, 0),
@@ -208,14 +220,7 @@ impl Hub {
         }
         let watch_id = if request.watch_id != 0 {
             if stream.watchers.contains_key(&request.watch_id) {
-                let refusal = self.refusal(DUPLICATE_WATCH_ID);
-                let stream = self.streams.get_mut(&stream_id).expect("checked above");
-                stream.slots.push_back(Slot {
-                    watch_id: None,
-                    waiting: false,
-                    responses: vec![refusal],
-                });
-                self.flush_slots(stream_id);
+                self.refuse(stream_id, DUPLICATE_WATCH_ID, -1);
                 return;
             }
             request.watch_id
@@ -253,6 +258,7 @@ impl Hub {
                     next_rev: start.max(0),
                     phase: Phase::Unsent,
                     private: start < 0,
+                    refused_once: false,
                     receivers: BTreeSet::new(),
                 };
                 self.swatchers.insert(sw_id, sw);
@@ -272,6 +278,7 @@ impl Hub {
             next_rev,
             created,
             announced: false,
+            requested_id: request.watch_id,
         };
         stream.watchers.insert(watch_id, watcher);
         self.client_watchers += 1;
@@ -294,6 +301,51 @@ impl Hub {
                 ..Default::default()
             };
             self.answer_create(stream_id, Some(watch_id), answer);
+        }
+        self.update_gauges();
+    }
+
+    /// Answers a create with a refusal (created and cancelled, `reason`, `watch_id`), in its turn among the
+    /// stream's create answers.
+    pub fn refuse(&mut self, stream_id: StreamId, reason: &str, watch_id: i64) {
+        let refusal = WatchResponse {
+            watch_id,
+            ..self.refusal(reason)
+        };
+        let Some(stream) = self.streams.get_mut(&stream_id) else {
+            return;
+        };
+        stream.slots.push_back(Slot {
+            watch_id: None,
+            waiting: false,
+            responses: vec![refusal],
+        });
+        self.flush_slots(stream_id);
+    }
+
+    /// Whether etcd refused a create, taken as the proxy's token gone stale (once per refusal; see
+    /// `HubConfig::own_identity`): the stream must be re-opened with a fresh token.
+    pub fn take_token_refused(&mut self) -> bool {
+        std::mem::take(&mut self.token_refused)
+    }
+
+    /// Ends every watcher with `reason` (the proxy cannot watch for them: etcd refused its own credentials).
+    pub fn end_all(&mut self, reason: &str) {
+        let ids: Vec<i64> = self.swatchers.keys().copied().collect();
+        for sw_id in ids {
+            let ending = WatchResponse {
+                header: Some(self.latest_header),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: reason.into(),
+                ..Default::default()
+            };
+            self.s_watcher_ended(sw_id, &ending);
+        }
+        for stream_id in std::mem::take(&mut self.invalid_creates) {
+            let refusal = self.refusal(reason);
+            self.answer_create(stream_id, None, refusal);
         }
         self.update_gauges();
     }
@@ -449,6 +501,9 @@ impl Hub {
             return;
         }
         if response.canceled {
+            if response.created && self.retry_with_fresh_token(sw_id) {
+                return;
+            }
             self.s_watcher_ended(sw_id, &response);
         } else if response.created {
             self.s_watcher_created(sw_id, &response);
@@ -459,6 +514,23 @@ impl Hub {
         }
         self.merge_range_of(sw_id);
         self.update_gauges();
+    }
+
+    /// With the proxy's own identity, a refused create is retried once with a fresh token (callers were admitted
+    /// with their own tokens already; the proxy's token is what etcd refused: "invalid auth token" once it
+    /// expired, "permission denied" from some versions).
+    fn retry_with_fresh_token(&mut self, sw_id: i64) -> bool {
+        if !self.config.own_identity {
+            return false;
+        }
+        let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
+        if sw.refused_once {
+            return false;
+        }
+        sw.refused_once = true;
+        sw.phase = Phase::Unsent;
+        self.token_refused = true;
+        true
     }
 
     fn progress_answered(&mut self, response: WatchResponse) {
@@ -477,6 +549,7 @@ impl Hub {
         let header = response.header.unwrap_or_default();
         let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
         sw.phase = Phase::Running;
+        sw.refused_once = false;
         if sw.start_rev == 0 {
             sw.next_rev = header.revision + 1;
         }
@@ -514,11 +587,17 @@ impl Hub {
                 continue;
             };
             self.client_watchers -= 1;
-            // A create etcd refused is answered with watch ID -1, as etcd answers it.
+            // A create etcd refused is answered as etcd answers it: with watch ID -1 (3.4) or with the ID the create
+            // asked for (3.5, which gets back the s-watcher's ID the hub asked for).
             let refused = response.created && !watcher.created;
+            let reply_id = match (refused, response.watch_id) {
+                (false, _) => watch_id,
+                (true, -1) => -1,
+                (true, _) => watcher.requested_id,
+            };
             let reply = WatchResponse {
                 header: response.header,
-                watch_id: if refused { -1 } else { watch_id },
+                watch_id: reply_id,
                 created: refused,
                 canceled: true,
                 compact_revision: response.compact_revision,

@@ -41,6 +41,7 @@ fn hub() -> Hub {
         HubConfig {
             max_join_lag: 0,
             fragment_limit: 1 << 20,
+            own_identity: false,
         },
         Metrics::new(prometheus::Registry::new()).unwrap(),
     )
@@ -469,6 +470,7 @@ fn the_coalescing_gauge_counts_shared_watchers_and_never_goes_negative() {
         HubConfig {
             max_join_lag: 0,
             fragment_limit: 1 << 20,
+            own_identity: false,
         },
         metrics.clone(),
     );
@@ -506,4 +508,148 @@ fn create_progress_counts_answers_while_creates_wait_for_etcd() {
     assert_eq!(hub.create_progress(), Some(1), "one answered, one waits");
     hub.upstream_response(created(2, 5));
     assert_eq!(hub.create_progress(), None, "all answered");
+}
+
+fn own_identity_hub() -> Hub {
+    Hub::new(
+        HubConfig {
+            max_join_lag: 0,
+            fragment_limit: 1 << 20,
+            own_identity: true,
+        },
+        Metrics::new(prometheus::Registry::new()).unwrap(),
+    )
+}
+
+fn permission_refusal(sw: i64, revision: i64) -> WatchResponse {
+    WatchResponse {
+        header: header(revision),
+        watch_id: sw,
+        created: true,
+        canceled: true,
+        cancel_reason: "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"
+            .into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_refusal_before_the_hub_is_answered_in_its_turn_among_the_streams_creates() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    hub.refuse(a.id, "denied", -1);
+    hub.create(a.id, watch("j", 0));
+    assert!(
+        a.received().is_empty(),
+        "the refusal waits for the earlier create's answer"
+    );
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    let got = a.received();
+    assert_eq!(
+        summary(&got),
+        vec![(0, true, false, vec![]), (-1, true, true, vec![])]
+    );
+    assert_eq!(got[1].cancel_reason, "denied");
+    hub.upstream_response(created(2, 10));
+    assert_eq!(summary(&a.received()), vec![(1, true, false, vec![])]);
+}
+
+#[test]
+fn with_the_proxys_identity_a_refused_create_is_retried_once_with_a_fresh_token() {
+    let mut hub = own_identity_hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    hub.create(a.id, watch("j", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    hub.upstream_response(put(1, "k", 11));
+    hub.upstream_response(permission_refusal(2, 11));
+    assert!(hub.take_token_refused(), "the stream must be re-opened");
+    assert!(!hub.take_token_refused(), "reported once");
+    let before = a.received();
+    assert_eq!(
+        summary(&before),
+        vec![(0, true, false, vec![]), (0, false, false, vec![11])],
+        "nobody hears of the first refusal"
+    );
+    hub.upstream_lost();
+    assert_eq!(
+        sent(&mut hub),
+        vec!["create 1 from 12", "create 2 from 0"],
+        "the running watcher resumes after what it delivered"
+    );
+    hub.upstream_response(created(1, 12));
+    hub.upstream_response(permission_refusal(2, 12));
+    assert!(
+        !hub.take_token_refused(),
+        "refused again with a fresh token: the proxy's user may not read it"
+    );
+    let refused = a.received();
+    assert_eq!(
+        summary(&refused),
+        vec![(0, true, true, vec![])],
+        "etcd 3.5's refusal: the ID the client asked for"
+    );
+    assert!(refused[0].cancel_reason.contains("invalid auth token"));
+}
+
+#[test]
+fn with_callers_tokens_a_refused_create_reaches_its_watchers_at_once_with_the_id_etcd_would_give() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    // etcd 3.4 answers a refused create with watch ID -1.
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(WatchResponse {
+        watch_id: -1,
+        ..permission_refusal(1, 10)
+    });
+    assert!(!hub.take_token_refused());
+    assert_eq!(summary(&a.received()), vec![(-1, true, true, vec![])]);
+    // etcd 3.5 answers with the ID the create asked for: the hub's s-watcher ID upstream, the client's own (0 when
+    // it let the server choose) downstream.
+    hub.create(a.id, watch("j", 0));
+    hub.create(
+        a.id,
+        WatchCreateRequest {
+            watch_id: 7,
+            ..watch("l", 0)
+        },
+    );
+    assert_eq!(sent(&mut hub), vec!["create 2 from 0", "create 3 from 0"]);
+    hub.upstream_response(permission_refusal(2, 10));
+    hub.upstream_response(permission_refusal(3, 10));
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, true, true, vec![]), (7, true, true, vec![])]
+    );
+}
+
+#[test]
+fn ending_all_tells_running_and_waiting_watchers_why() {
+    let mut hub = own_identity_hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    hub.create(a.id, watch("j", 0));
+    hub.upstream_lost();
+    hub.end_all("credentials refused");
+    let got = a.received();
+    assert_eq!(
+        summary(&got),
+        vec![
+            (0, true, false, vec![]),
+            (0, false, true, vec![]),
+            (-1, true, true, vec![])
+        ]
+    );
+    assert!(
+        got[1..]
+            .iter()
+            .all(|r| r.cancel_reason == "credentials refused")
+    );
+    assert!(!hub.needs_upstream());
 }

@@ -3,11 +3,14 @@
 //!
 //! - [`filter`]: what one c-watcher sees of a shared response (its start, filters, prev_kv, fragmentation).
 //! - [`hub`]: the state machine mapping c-watchers onto s-watchers (join, merge, cancel, resume, slow consumers).
-//! - [`actor`]: runs a hub against etcd over one upstream Watch stream per caller identity.
+//! - [`actor`]: runs a hub against etcd over one upstream Watch stream per caller identity (or one in all, with
+//!   the proxy's own identity, `--user`).
+//! - [`admission`]: with the proxy's own identity, checks each caller's token for read permission on its range.
 //!
 //! This module wires client streams to their hub: requests in, responses (bounded by `--watch-buffer-size`) out.
 
 pub mod actor;
+pub mod admission;
 pub mod filter;
 pub mod hub;
 
@@ -18,15 +21,22 @@ use futures::StreamExt;
 use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::watch_server::Watch;
 use proto::etcdserverpb::{WatchRequest, WatchResponse};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
+use crate::upstream::identity::Identity;
 use crate::upstream::outbound::{OnDrop, Outbound};
-use crate::upstream::{BoxStream, Upstream};
-use actor::{Actor, Command, Registry};
+use crate::upstream::{BoxStream, Forwarded, Upstream};
+use actor::{Actor, Command, Registry, UpstreamAuth};
+use admission::Admission;
 use hub::{Hub, HubConfig, StreamId, StreamSink};
+
+/// Requests one client stream may have waiting for its hub: a client that sends creates faster than the hub
+/// applies them waits (its HTTP/2 flow control pushes back, as on etcd, which handles a stream's requests one at a
+/// time) instead of growing the queue without bound or crowding out other streams.
+const QUEUED_REQUESTS_PER_STREAM: usize = 64;
 
 /// The proxy's Watch service.
 pub struct WatchService {
@@ -34,23 +44,29 @@ pub struct WatchService {
     metrics: Metrics,
     config: HubConfig,
     buffer: usize,
+    /// The proxy's own identity (`--user`): upstream streams carry its token, and callers are admitted by a check
+    /// of theirs.
+    identity: Option<Arc<Identity>>,
     hubs: Registry,
     next_stream: AtomicU64,
 }
 
 impl WatchService {
-    /// `buffer` is the number of responses each client stream may have unread before it is ended.
+    /// `buffer` is the number of responses each client stream may have unread before it is ended;
+    /// `config.own_identity` must say whether `identity` is given.
     pub fn new(
         upstream: Arc<Upstream>,
         metrics: Metrics,
         config: HubConfig,
         buffer: usize,
+        identity: Option<Arc<Identity>>,
     ) -> Self {
         Self {
             upstream,
             metrics,
             config,
             buffer: buffer.max(1),
+            identity,
             hubs: Registry::default(),
             next_stream: AtomicU64::new(1),
         }
@@ -83,10 +99,15 @@ impl WatchService {
         }
         let (commands, receiver) = mpsc::unbounded_channel();
         let hub = Hub::new(self.config, self.metrics.clone());
+        let auth = match &self.identity {
+            Some(identity) => UpstreamAuth::Proxy(identity.clone()),
+            None => UpstreamAuth::Caller(token.clone()),
+        };
         let actor = Actor {
             hub,
             upstream: self.upstream.clone(),
-            token: token.clone(),
+            auth,
+            key: token.clone(),
             commands: receiver,
             registry: self.hubs.clone(),
         };
@@ -108,12 +129,15 @@ impl Watch for WatchService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let forwarded = crate::upstream::Forwarded::capture(&request);
-        let token = request
-            .metadata()
-            .get("token")
-            .and_then(|t| t.to_str().ok())
-            .map(str::to_owned);
+        let forwarded = Forwarded::capture(&request);
+        let token = match self.identity {
+            Some(_) => None,
+            None => request
+                .metadata()
+                .get("token")
+                .and_then(|t| t.to_str().ok())
+                .map(str::to_owned),
+        };
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (responses, responses_rx) = mpsc::channel(self.buffer);
         let (abort, abort_rx) = mpsc::channel(1);
@@ -123,11 +147,16 @@ impl Watch for WatchService {
             requires_leader: forwarded.requires_leader(),
         };
         let commands = self.open(token, stream, sink);
+        let admission = self
+            .identity
+            .as_ref()
+            .map(|_| (self.upstream.clone(), forwarded));
         tokio::spawn(read_requests(
             request.into_inner(),
             stream,
             commands.clone(),
             abort,
+            admission,
         ));
         let outbound = Outbound {
             items: responses_rx,
@@ -143,13 +172,16 @@ impl Watch for WatchService {
 }
 
 /// Forwards a client's requests to its hub. A half-close ends only this loop: the watchers keep running, as on
-/// etcd, until the client cancels them or goes away.
+/// etcd, until the client cancels them or goes away. With `admission` (the proxy's own identity), each create is
+/// first checked with the caller's token; requests stay in order, as etcd handles them.
 async fn read_requests(
     mut inbound: Streaming<WatchRequest>,
     stream: StreamId,
     commands: mpsc::UnboundedSender<Command>,
     abort: mpsc::Sender<Status>,
+    admission: Option<(Arc<Upstream>, Forwarded)>,
 ) {
+    let places = Arc::new(Semaphore::new(QUEUED_REQUESTS_PER_STREAM));
     while let Some(next) = inbound.next().await {
         let request = match next {
             Ok(request) => request,
@@ -159,7 +191,16 @@ async fn read_requests(
             }
         };
         let command = match request.request_union {
-            Some(RequestUnion::CreateRequest(request)) => Command::Create { stream, request },
+            Some(RequestUnion::CreateRequest(request)) => match &admission {
+                None => Command::Create { stream, request },
+                Some((upstream, caller)) => match admit(upstream, caller, stream, request).await {
+                    Ok(command) => command,
+                    Err(status) => {
+                        let _ = abort.try_send(status);
+                        return;
+                    }
+                },
+            },
             Some(RequestUnion::CancelRequest(cancel)) => Command::Cancel {
                 stream,
                 watch_id: cancel.watch_id,
@@ -167,8 +208,38 @@ async fn read_requests(
             Some(RequestUnion::ProgressRequest(_)) => Command::Progress { stream },
             None => continue,
         };
-        if commands.send(command).is_err() {
+        let place = places
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let queued = Command::Queued {
+            command: Box::new(command),
+            place,
+        };
+        if commands.send(queued).is_err() {
             return;
         }
     }
+}
+
+/// The command for a create from a caller who must be admitted first (see [`admission`]): the create itself, or
+/// etcd's refusal of it. An `Err` says etcd could not be asked.
+async fn admit(
+    upstream: &Arc<Upstream>,
+    caller: &Forwarded,
+    stream: StreamId,
+    request: proto::etcdserverpb::WatchCreateRequest,
+) -> Result<Command, Status> {
+    Ok(match admission::check(upstream, caller, &request).await? {
+        Admission::Admitted => Command::Create { stream, request },
+        Admission::Refused { code, message } => {
+            let refusal = admission::refusal(upstream, code, &message, request.watch_id).await;
+            Command::Refuse {
+                stream,
+                reason: refusal.reason,
+                watch_id: refusal.watch_id,
+            }
+        }
+    })
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::net::{free_port, http_get};
-use super::{ETCD_BIN, tail_file, temp_dir};
+use super::{etcd_bin, tail_file, temp_dir};
 
 /// How long a member may take to report healthy after it was (re)started.
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
@@ -114,7 +114,7 @@ impl EtcdCluster {
             .expect("open member log");
         let client_url = format!("http://127.0.0.1:{}", m.client_port);
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
-        let child = Command::new(ETCD_BIN)
+        let child = Command::new(etcd_bin())
             .arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", m.data_dir.display()))
             .arg(format!("--listen-client-urls={client_url}"))
@@ -131,7 +131,7 @@ impl EtcdCluster {
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {ETCD_BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", etcd_bin()));
         self.members[i].child = Some(child);
     }
 

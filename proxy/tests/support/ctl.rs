@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 
-use super::{ETCDCTL_BIN, try_wait_for};
+use super::{etcdctl_bin, try_wait_for};
 
 /// A one-shot `etcdctl` that has not finished by then is killed and reported as hung.
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -51,7 +51,7 @@ pub(crate) fn indent(s: &str) -> String {
 }
 
 fn command(endpoint: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(ETCDCTL_BIN);
+    let mut cmd = Command::new(etcdctl_bin());
     cmd.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={endpoint}"))
         .args(args)
@@ -69,7 +69,7 @@ pub async fn etcdctl(endpoint: &str, args: &[&str], stdin: Option<&str>) -> CtlO
     cmd.stdin(Stdio::piped());
     let mut child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("spawn {ETCDCTL_BIN}: {e}"));
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", etcdctl_bin()));
     let mut input = child.stdin.take().expect("piped stdin");
     let data = stdin.unwrap_or("").as_bytes().to_vec();
     let writer = tokio::spawn(async move {
@@ -138,7 +138,7 @@ impl Background {
         cmd.stdin(Stdio::piped());
         let mut child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {ETCDCTL_BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", etcdctl_bin()));
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         collect(child.stdout.take().expect("piped stdout"), stdout.clone());

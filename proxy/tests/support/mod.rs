@@ -27,21 +27,32 @@ pub use cluster::EtcdCluster;
 pub use normalize::Normalizer;
 pub use proxy::Proxy;
 
+/// Where the etcd binaries come from: `/usr/bin` (etcd 3.4 from Debian) unless `PROXY_TEST_ETCD_DIR` names
+/// another directory (ci/test.sh runs the version-sensitive tests again with etcd 3.5.1 this way).
+fn etcd_dir() -> String {
+    std::env::var("PROXY_TEST_ETCD_DIR").unwrap_or_else(|_| "/usr/bin".into())
+}
+
 /// The etcd server binary every test runs against.
-pub const ETCD_BIN: &str = "/usr/bin/etcd";
+pub fn etcd_bin() -> String {
+    format!("{}/etcd", etcd_dir())
+}
+
 /// The etcd command-line client.
-pub const ETCDCTL_BIN: &str = "/usr/bin/etcdctl";
+pub fn etcdctl_bin() -> String {
+    format!("{}/etcdctl", etcd_dir())
+}
 
 /// Whether the real etcd binaries are installed. Without them a test must not pass silently:
 /// under CI (`CI=true`) this panics; elsewhere it prints how to get them and returns `false`,
 /// and the caller returns early (a skip):
 /// `if !support::etcd_available() { return; }`.
 pub fn etcd_available() -> bool {
-    if Path::new(ETCD_BIN).exists() && Path::new(ETCDCTL_BIN).exists() {
+    let (etcd, etcdctl) = (etcd_bin(), etcdctl_bin());
+    if Path::new(&etcd).exists() && Path::new(&etcdctl).exists() {
         return true;
     }
-    let msg =
-        format!("{ETCD_BIN} or {ETCDCTL_BIN} is missing; install etcd 3.4 with ci/install-deps.sh");
+    let msg = format!("{etcd} or {etcdctl} is missing; install etcd 3.4 with ci/install-deps.sh");
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{msg} (CI=true, so this is a failure, not a skip)");
     }
