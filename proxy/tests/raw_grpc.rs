@@ -396,3 +396,90 @@ async fn upstream_status_codes_and_messages_pass_unchanged() {
         "InvalidArgument: etcdserver: key is not provided"
     );
 }
+
+/// How a stream that requires a leader starts: `Ok` once it is open and answers, or etcd's status.
+async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
+    let mut outcomes = Vec::new();
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"hl".to_vec(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .expect("queue create");
+    let watch = WatchClient::new(channel(addr).await)
+        .watch(with_meta(ReceiverStream::new(rx), "hasleader", "true"))
+        .await;
+    let watch = match watch {
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            tokio::time::timeout(READ_TIMEOUT, stream.message())
+                .await
+                .expect("an answer within the hang guard")
+                .map(|_| ())
+        }
+        Err(e) => Err(e),
+    };
+    outcomes.push(watch.map_err(|e| status(&e)));
+    let requests = tokio_stream::iter(vec![LeaseKeepAliveRequest { id: 1 }]);
+    let keep_alive = LeaseClient::new(channel(addr).await)
+        .lease_keep_alive(with_meta(requests, "hasleader", "true"))
+        .await;
+    let keep_alive = match keep_alive {
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            tokio::time::timeout(READ_TIMEOUT, stream.message())
+                .await
+                .expect("an answer within the hang guard")
+                .map(|_| ())
+        }
+        Err(e) => Err(e),
+    };
+    outcomes.push(keep_alive.map_err(|e| status(&e)));
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_that_require_a_leader_are_refused_as_etcd_refuses_them_when_there_is_none() {
+    if !support::etcd_available() {
+        return;
+    }
+    let mut etcd = EtcdCluster::start(3).await;
+    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    assert_eq!(
+        open_requiring_leader(&proxy.addr()).await,
+        vec![Ok(()), Ok(())],
+        "with a leader, both streams open"
+    );
+    // Two of three members gone: the survivor loses its leader (after its election timeout) and keeps none.
+    etcd.kill(1);
+    etcd.kill(2);
+    let survivor = etcd.endpoint(0);
+    support::wait_for("the survivor to report no leader", READ_TIMEOUT, || {
+        let survivor = survivor.clone();
+        async move {
+            let mut maintenance = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
+                channel(&survivor).await,
+            );
+            let status = maintenance
+                .status(proto::etcdserverpb::StatusRequest {})
+                .await
+                .map_err(|e| e.to_string())?;
+            match status.into_inner().leader {
+                0 => Ok(()),
+                leader => Err(format!("leader is still {leader:x}")),
+            }
+        }
+    })
+    .await;
+    let direct = open_requiring_leader(&survivor).await;
+    assert!(
+        direct
+            .iter()
+            .all(|o| o.as_ref().is_err_and(|e| e.contains("no leader"))),
+        "etcd refuses both: {direct:?}"
+    );
+    assert_eq!(open_requiring_leader(&proxy.addr()).await, direct);
+}

@@ -25,10 +25,7 @@ use tonic::{Request, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
-use crate::upstream::Upstream;
-
-/// etcd's error when a stream that requires a leader has none.
-pub const NO_LEADER: &str = "etcdserver: no leader";
+use crate::upstream::{NO_LEADER, Upstream};
 
 /// One client request waiting for its answer.
 pub struct Waiter {

@@ -133,6 +133,9 @@ impl Lease for LeaseService {
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
         let requires_leader = Forwarded::capture(&request).requires_leader();
+        if requires_leader {
+            self.upstream.require_leader().await?;
+        }
         Ok(Response::new(client_stream(
             request.into_inner(),
             requires_leader,

@@ -126,6 +126,24 @@ impl Upstream {
         self.members.is_empty()
     }
 
+    /// For a stream that requires a leader, at its start: etcd refuses such a stream at once, with
+    /// Unavailable "no leader", when the member has no leader. The proxy asks the active member's Status (which
+    /// answers without a leader) rather than sending `hasleader` itself, since a "no leader" answer to a call
+    /// would count as an endpoint failure and be retried elsewhere.
+    pub async fn require_leader(self: &Arc<Self>) -> Result<(), tonic::Status> {
+        use proto::etcdserverpb::maintenance_client::MaintenanceClient;
+        let status = forward_unary!(
+            self,
+            Retry::ReadOnly,
+            tonic::Request::new(proto::etcdserverpb::StatusRequest {}),
+            MaintenanceClient::status
+        )?;
+        if status.get_ref().leader == 0 {
+            return Err(tonic::Status::unavailable(NO_LEADER));
+        }
+        Ok(())
+    }
+
     /// Records that a call on endpoint `index` failed because the endpoint cannot serve: marks it down, starts
     /// probing it, and if it was active, moves to another endpoint.
     pub fn report_failure(self: &Arc<Self>, index: usize) {
@@ -215,6 +233,9 @@ impl Upstream {
         }
     }
 }
+
+/// etcd's answer to a call that requires a leader (`hasleader: true`) while the cluster has none.
+pub const NO_LEADER: &str = "etcdserver: no leader";
 
 /// Completes when `signal` turns true (the proxy shuts down); never if its sender is gone without that.
 ///

@@ -132,7 +132,7 @@ impl Actor {
                 StreamEnd::Failed(status) => {
                     if error::is_endpoint_failure(&status) {
                         self.upstream.report_failure(index);
-                        if status.message() == crate::lease::coalescer::NO_LEADER {
+                        if status.message() == crate::upstream::NO_LEADER {
                             self.hub.fail_leader_requirers(&status);
                         }
                     }

@@ -130,6 +130,9 @@ impl Watch for WatchService {
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let forwarded = Forwarded::capture(&request);
+        if forwarded.requires_leader() {
+            self.upstream.require_leader().await?;
+        }
         let token = match self.identity {
             Some(_) => None,
             None => request
