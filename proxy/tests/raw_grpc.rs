@@ -397,7 +397,21 @@ async fn upstream_status_codes_and_messages_pass_unchanged() {
     );
 }
 
-/// How a stream that requires a leader starts: `Ok` once it is open and answers, or etcd's status.
+/// `Ok` once an opened stream answers, or the status it was refused or ended with.
+async fn first_answer<T>(
+    opened: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+) -> Result<(), String> {
+    let answer = match opened {
+        Ok(response) => tokio::time::timeout(READ_TIMEOUT, response.into_inner().message())
+            .await
+            .expect("an answer within the hang guard")
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    answer.map_err(|e| status(&e))
+}
+
+/// How a Watch and a LeaseKeepAlive stream that require a leader start (see [`first_answer`]).
 async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
     let mut outcomes = Vec::new();
     let (tx, rx) = mpsc::channel(1);
@@ -412,32 +426,12 @@ async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
     let watch = WatchClient::new(channel(addr).await)
         .watch(with_meta(ReceiverStream::new(rx), "hasleader", "true"))
         .await;
-    let watch = match watch {
-        Ok(response) => {
-            let mut stream = response.into_inner();
-            tokio::time::timeout(READ_TIMEOUT, stream.message())
-                .await
-                .expect("an answer within the hang guard")
-                .map(|_| ())
-        }
-        Err(e) => Err(e),
-    };
-    outcomes.push(watch.map_err(|e| status(&e)));
+    outcomes.push(first_answer(watch).await);
     let requests = tokio_stream::iter(vec![LeaseKeepAliveRequest { id: 1 }]);
     let keep_alive = LeaseClient::new(channel(addr).await)
         .lease_keep_alive(with_meta(requests, "hasleader", "true"))
         .await;
-    let keep_alive = match keep_alive {
-        Ok(response) => {
-            let mut stream = response.into_inner();
-            tokio::time::timeout(READ_TIMEOUT, stream.message())
-                .await
-                .expect("an answer within the hang guard")
-                .map(|_| ())
-        }
-        Err(e) => Err(e),
-    };
-    outcomes.push(keep_alive.map_err(|e| status(&e)));
+    outcomes.push(first_answer(keep_alive).await);
     outcomes
 }
 

@@ -89,6 +89,24 @@ async fn put_as(ep: &str, token: &str, key: &str, value: &str) {
         .unwrap();
 }
 
+/// Checks, with one read (a use would renew it), that etcd no longer knows `token`.
+async fn assert_expired(ep: &str, token: &str) {
+    let read = KvClient::new(channel(ep).await)
+        .range(with_meta(
+            RangeRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            },
+            "token",
+            token,
+        ))
+        .await;
+    assert!(
+        matches!(&read, Err(status) if status.message().contains("invalid auth token")),
+        "the token should have expired: {read:?}"
+    );
+}
+
 /// The parts of a refusal a client reads.
 fn refusal_shape(r: &WatchResponse) -> (i64, bool, bool, String) {
     (r.watch_id, r.created, r.canceled, r.cancel_reason.clone())
@@ -129,20 +147,7 @@ async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
     // etcd forgets a simple token after `--auth-token-ttl` seconds without use; every use renews it, so the only
     // way to let it expire is to leave it alone that long. Then check, once, that it is gone.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let read = KvClient::new(channel(&ep).await)
-        .range(with_meta(
-            RangeRequest {
-                key: b"k".to_vec(),
-                ..Default::default()
-            },
-            "token",
-            &first,
-        ))
-        .await;
-    assert!(
-        matches!(&read, Err(status) if status.message().contains("invalid auth token")),
-        "the first token should have expired: {read:?}"
-    );
+    assert_expired(&ep, &first).await;
 
     // Another caller, with a valid token, watches the same key: it must work.
     let second = token(&addr, "reader", "readerpw").await;
@@ -245,20 +250,7 @@ async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_t
     // reader's and the proxy's expire alike; check the reader's once. Then restart etcd: the proxy must re-create
     // its upstream watcher, with a new token of its own, from the next revision: no cancel, no gap.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let read = KvClient::new(channel(&ep).await)
-        .range(with_meta(
-            RangeRequest {
-                key: b"k".to_vec(),
-                ..Default::default()
-            },
-            "token",
-            &reader,
-        ))
-        .await;
-    assert!(
-        matches!(&read, Err(status) if status.message().contains("invalid auth token")),
-        "the reader's token should have expired: {read:?}"
-    );
+    assert_expired(&ep, &reader).await;
     etcd.kill(0);
     etcd.restart(0).await;
     let root = token(&ep, "root", "rootpw").await;

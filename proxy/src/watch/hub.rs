@@ -333,14 +333,8 @@ impl Hub {
     pub fn end_all(&mut self, reason: &str) {
         let ids: Vec<i64> = self.swatchers.keys().copied().collect();
         for sw_id in ids {
-            let ending = WatchResponse {
-                header: Some(self.latest_header),
-                watch_id: -1,
-                created: true,
-                canceled: true,
-                cancel_reason: reason.into(),
-                ..Default::default()
-            };
+            // As etcd's refusal of the s-watcher's create: receivers not created yet are refused, others cancelled.
+            let ending = self.refusal(reason);
             self.s_watcher_ended(sw_id, &ending);
         }
         for stream_id in std::mem::take(&mut self.invalid_creates) {
