@@ -97,6 +97,10 @@ impl Identity {
                 *held = Held::AuthDisabled;
                 Ok(None)
             }
+            Err(status) if crate::error::is_endpoint_failure(&status) => {
+                tracing::debug!(%status, "no etcd endpoint answered the proxy's Authenticate");
+                Err(status)
+            }
             Err(status) => {
                 tracing::warn!(user = %self.credentials.user, %status, "etcd refused the proxy's --user credentials");
                 Err(status)
