@@ -10,7 +10,7 @@
 //!   ports, killed when dropped.
 //! - [`load`]: the load generator (closed loop or fixed rate) and the scenarios.
 //! - [`meter`], [`upstream`]: what a run cost etcd and the proxy; [`memory`]: a proxy's settled idle memory.
-//! - [`sys`]: free ports, a tiny HTTP GET, `/proc` readings.
+//! - [`sys`]: a tiny HTTP GET, `/proc` readings; free ports come from the `ports` crate.
 //! - [`results`], [`report`]: the data model and its outputs.
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.

@@ -1,5 +1,5 @@
-//! The operating system as the benchmark sees it: loopback ports, a tiny HTTP client, `/proc` readings.
+//! The operating system as the benchmark sees it: a tiny HTTP client, `/proc` readings (free ports come from the
+//! workspace's `ports` crate).
 
 pub mod http;
-pub mod ports;
 pub mod procfs;

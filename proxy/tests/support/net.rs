@@ -5,29 +5,11 @@
 //! processes on real sockets, not simulated code, so the ban is lifted here, and only here.
 #![allow(clippy::disallowed_types)]
 
-use std::collections::HashSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Ports handed out by [`free_port`] in this process, never handed out twice, so that tests
-/// running in parallel threads don't pick the same one between its probe and its use.
-static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-
-/// A loopback port that nothing listens on right now: bind `127.0.0.1:0`, read the port the
-/// kernel chose, close the socket.
-pub fn free_port() -> u16 {
-    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    let handed = handed.get_or_insert_with(HashSet::new);
-    loop {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
-        if handed.insert(port) {
-            return port;
-        }
-    }
-}
+pub use ports::free_port;
 
 /// A port that stays bound (and so busy) for as long as this value lives.
 pub struct BusyPort {
