@@ -9,7 +9,8 @@
 #                         scenario case, judged against the issues' targets (about 5 minutes on 2 cores for both
 #                         versions), writes bench/results/scale.{json,md} and bench/results/scale-<version>-*.svg
 #   ci/bench.sh [--quick|--scale] ARGS...   extra ARGS go to the bench binary (see `target/release/bench --help`),
-#                         e.g. --scenario put --rounds 5 --name my-run
+#                         e.g. --scenario put --rounds 5 --name my-run (size and timing flags such as --rounds are
+#                         refused together with --quick or --scale, which set them all)
 #
 # Installs what it needs (etcd 3.4.23 from Debian, etcd 3.5.1 from PyPI into target/etcd-3.5.1/), builds the proxy
 # and the load generator in release mode, and starts every process itself on free loopback ports.

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Timing};
 use bench::results::Report;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args as _, CommandFactory, FromArgMatches, Parser};
 
 /// Direct etcd vs etcd's Go grpc-proxy vs etcd-grpc-proxy, same load, alternating runs.
 #[derive(Parser, Debug)]
@@ -36,12 +37,12 @@ struct Args {
     /// A line describing the machine, for the report.
     #[arg(long, default_value = "unspecified")]
     machine: String,
-    /// Quick mode: tiny sizes and one short round (`Sizes::quick`, `Timing::quick`), overriding size and timing
-    /// flags; checks that everything runs, measures nothing worth reporting.
+    /// Quick mode: tiny sizes and one short round (`Sizes::quick`, `Timing::quick`); size and timing flags are
+    /// refused with it; checks that everything runs, measures nothing worth reporting.
     #[arg(long, conflicts_with = "scale")]
     quick: bool,
-    /// Scale mode: the sizes of issues 5 and 6 (`Sizes::scale`, `Timing::scale`), overriding size and timing
-    /// flags; runs the watch fan-out (at each put rate) and the lease keep-alive scenarios unless --scenario says
+    /// Scale mode: the sizes of issues 5 and 6 (`Sizes::scale`, `Timing::scale`); size and timing flags are
+    /// refused with it; runs the watch fan-out (at each put rate) and the lease keep-alive scenarios unless --scenario says
     /// otherwise, each on a fresh stack, and judges them against the issues' targets in the report.
     #[arg(long)]
     scale: bool,
@@ -55,7 +56,15 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    if let Some(message) = overridden_flags(&matches, &args) {
+        eprintln!("bench: {message}");
+        return ExitCode::from(2);
+    }
     if let Some(json) = &args.render {
         return render(json, &args.out_dir);
     }
@@ -115,6 +124,28 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The size and timing flags given on the command line that `--quick` or `--scale` would silently override, as
+/// an error message; `None` when there are none.
+fn overridden_flags(matches: &ArgMatches, args: &Args) -> Option<String> {
+    let mode = match (args.quick, args.scale) {
+        (true, _) => "--quick",
+        (_, true) => "--scale",
+        _ => return None,
+    };
+    let given: Vec<String> = Sizes::augment_args(clap::Command::new("sizes"))
+        .get_arguments()
+        .chain(Timing::augment_args(clap::Command::new("timing")).get_arguments())
+        .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .map(|arg| format!("--{}", arg.get_long().unwrap_or(arg.get_id().as_str())))
+        .collect();
+    (!given.is_empty()).then(|| {
+        format!(
+            "{} cannot be combined with {mode}, which sets every size and timing itself; drop {mode} to choose them",
+            given.join(", ")
+        )
+    })
+}
+
 /// Writes the markdown and charts of an earlier run again from its JSON.
 fn render(json: &Path, out_dir: &Path) -> ExitCode {
     let report: Report = match std::fs::read_to_string(json)
@@ -138,5 +169,52 @@ fn render(json: &Path, out_dir: &Path) -> ExitCode {
             eprintln!("bench: cannot write the report: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `overridden_flags` says of a command line (after the binary's name and a target).
+    fn refusal(flags: &[&str]) -> Option<String> {
+        let line = [
+            "bench",
+            "--etcd",
+            "3.5.1=/usr/bin/etcd",
+            "--proxy-bin",
+            "proxy",
+        ]
+        .into_iter()
+        .chain(flags.iter().copied());
+        let matches = Args::command()
+            .try_get_matches_from(line)
+            .expect("the command line parses");
+        let args = Args::from_arg_matches(&matches).expect("the arguments convert");
+        overridden_flags(&matches, &args)
+    }
+
+    #[test]
+    fn size_and_timing_flags_are_refused_with_a_mode_that_sets_them() {
+        assert_eq!(
+            refusal(&["--scale", "--rounds", "3", "--watch-put-rate", "1,2"]).as_deref(),
+            Some(
+                "--watch-put-rate, --rounds cannot be combined with --scale, which sets every size and timing \
+                 itself; drop --scale to choose them"
+            )
+        );
+        let quick =
+            refusal(&["--quick", "--seconds=2"]).expect("--seconds is refused with --quick");
+        assert!(
+            quick.starts_with("--seconds cannot be combined with --quick"),
+            "{quick}"
+        );
+    }
+
+    #[test]
+    fn size_and_timing_flags_stand_alone_and_modes_stand_alone() {
+        assert_eq!(refusal(&["--rounds", "3", "--watchers", "10"]), None);
+        assert_eq!(refusal(&["--scale", "--scenario", "watch-fanout"]), None);
+        assert_eq!(refusal(&["--quick"]), None);
     }
 }
