@@ -10,7 +10,7 @@
 //!   ports, killed when dropped.
 //! - [`load`]: the load generator (closed loop or fixed rate) and the scenarios.
 //! - [`meter`], [`upstream`]: what a run cost etcd and the proxy; [`memory`]: a proxy's settled idle memory.
-//! - [`sys`]: a tiny HTTP GET, `/proc` readings; free ports come from the `ports` crate.
+//! - [`sys`]: `/proc` readings; free ports and HTTP GETs come from the `loopback` crate.
 //! - [`results`], [`report`]: the data model and its outputs.
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.

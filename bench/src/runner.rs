@@ -16,8 +16,9 @@ use crate::meter::Meter;
 use crate::plan::{Case, EtcdBinary, Plan, Scenario, Target};
 use crate::results::{Report, Run, ScenarioResult, VersionResult};
 use crate::services::Stack;
-use crate::sys::{http, procfs};
+use crate::sys::procfs;
 use crate::upstream;
+use loopback::http;
 
 /// How long etcd may take to drop the watchers of a finished run before the next run starts anyway.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::plan::{EtcdBinary, Target};
-use crate::sys::http;
-use ports::try_free_port as free_port;
+use loopback::http;
+use loopback::try_free_port as free_port;
 
 /// How long a service may take to answer `GET /health` after it was started.
 const READY_TIMEOUT: Duration = Duration::from_secs(45);

@@ -10,7 +10,7 @@
 //! - [`suite`]: one etcd per backend and version shared by scenarios under their own key prefixes, a fresh
 //!   etcd for scenarios that change cluster-wide state; results per target, backend and version.
 //! - [`differences`]: the scenarios where the proxy answers differently from etcd by design, with reasons.
-//! - free loopback ports come from the workspace's `ports` crate (outside the kernel's ephemeral range).
+//! - free loopback ports come from the workspace's `loopback` crate (outside the kernel's ephemeral range).
 //!
 //! Two more test binaries use the same backends and targets: `tests/etcd_client.rs` (the core scenarios and the
 //! keep-alive API through the `etcd-client` crate) and `tests/raw_grpc.rs` (raw gRPC where etcdctl cannot reach:

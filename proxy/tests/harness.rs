@@ -9,7 +9,6 @@ mod support;
 use support::Normalizer;
 use support::compare::line_diff;
 use support::metrics;
-use support::net::parse_response;
 
 #[test]
 fn normaliser_maps_ids_to_stable_placeholders_and_resolves_them_back() {
@@ -81,15 +80,6 @@ fn line_diff_marks_removed_and_added_lines() {
         "    a\n  + x\n  - b\n    c"
     );
     assert_eq!(line_diff("", ""), "    <empty>");
-}
-
-#[test]
-fn http_responses_parse_plain_and_chunked() {
-    let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-    assert_eq!(parse_response(plain).unwrap(), (200, "ok".to_string()));
-    let chunked = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-    assert_eq!(parse_response(chunked).unwrap(), (503, "abcde".to_string()));
-    assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
 }
 
 #[test]

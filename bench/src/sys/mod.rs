@@ -1,5 +1,4 @@
-//! The operating system as the benchmark sees it: a tiny HTTP client, `/proc` readings (free ports come from the
-//! workspace's `ports` crate).
+//! The operating system as the benchmark sees it: `/proc` readings. Free ports and HTTP GETs come from the
+//! workspace's `loopback` crate.
 
-pub mod http;
 pub mod procfs;

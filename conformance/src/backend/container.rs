@@ -11,7 +11,7 @@ use testcontainers::core::WaitFor;
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
-use ports::free_port;
+use loopback::free_port;
 
 pub const IMAGE: &str = "local/etcd";
 pub const TAG: &str = "3.5.1";

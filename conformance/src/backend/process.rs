@@ -7,7 +7,7 @@ use std::process::Stdio;
 use tokio::process::{Child, Command};
 
 use super::Version;
-use ports::free_port;
+use loopback::free_port;
 
 /// A running etcd process. Dropping it kills the process (by its own handle) and removes its directory.
 pub struct EtcdProcess {

@@ -1,5 +1,4 @@
-//! Free loopback ports for the real etcd, proxy and Go-proxy processes that the tests, the conformance suite and
-//! the benchmark start.
+//! Free loopback ports for the processes a harness starts.
 //!
 //! A port is probed free and then handed to a process that binds it later. Asking the kernel for `127.0.0.1:0`
 //! is not safe for that: such a port lies in the kernel's ephemeral range, and between the probe and the bind any
@@ -9,9 +8,6 @@
 //! each by binding it, and walks the range in order, so one process hands a port out again only after going round
 //! the whole range. Different processes start at
 //! different places in the range (by PID), so concurrent test binaries do not walk the same sequence.
-//!
-//! The workspace's clippy.toml bans std sockets so that the proxy reaches the network only through its `Net`
-//! seam. These are real processes on real ports, not simulated code: the ban is lifted here, and only here.
 #![allow(clippy::disallowed_types)]
 
 use std::ops::Range;

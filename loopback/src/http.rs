@@ -1,7 +1,6 @@
 //! `GET` over HTTP/1.1 on a fresh loopback connection: enough for `/health` and Prometheus `/metrics`.
 //!
-//! Every service here (etcd, both proxies) answers HTTP/1.1 on its client port. A raw socket is simpler than an
-//! HTTP client crate and is the benchmark's own (not the proxy's), so clippy's socket ban is lifted in this module.
+//! etcd and both proxies answer HTTP/1.1 on their client ports. A raw socket is simpler than an HTTP client crate.
 #![allow(clippy::disallowed_types)]
 
 use std::time::Duration;
