@@ -236,14 +236,7 @@ async fn watch_with_hasleader_metadata_works_through_proxy() {
     let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
     let mut watch = WatchClient::new(channel(&proxy.addr()).await);
     let (tx, rx) = mpsc::channel(4);
-    tx.send(WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-            key: b"hl".to_vec(),
-            ..Default::default()
-        })),
-    })
-    .await
-    .expect("queue create");
+    tx.send(create_hl_watch()).await.expect("queue create");
     let mut stream = watch
         .watch(with_meta(ReceiverStream::new(rx), "hasleader", "true"))
         .await
@@ -411,18 +404,21 @@ async fn first_answer<T>(
     answer.map_err(|e| status(&e))
 }
 
-/// How a Watch and a LeaseKeepAlive stream that require a leader start (see [`first_answer`]).
-async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
-    let mut outcomes = Vec::new();
-    let (tx, rx) = mpsc::channel(1);
-    tx.send(WatchRequest {
+/// A create of a watcher on key `hl`, for the hasleader tests.
+fn create_hl_watch() -> WatchRequest {
+    WatchRequest {
         request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
             key: b"hl".to_vec(),
             ..Default::default()
         })),
-    })
-    .await
-    .expect("queue create");
+    }
+}
+
+/// How a Watch and a LeaseKeepAlive stream that require a leader start (see [`first_answer`]).
+async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
+    let mut outcomes = Vec::new();
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(create_hl_watch()).await.expect("queue create");
     let watch = WatchClient::new(channel(addr).await)
         .watch(with_meta(ReceiverStream::new(rx), "hasleader", "true"))
         .await;
