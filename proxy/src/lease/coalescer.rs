@@ -9,7 +9,8 @@
 //! - etcd answers the requests of one stream in order, so the answers for a lease match its renewals first-in,
 //!   first-out.
 //! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover) and every renewal not
-//!   yet answered is sent again; clients see only a later answer, never an error, while an endpoint is up.
+//!   yet answered is sent again; clients see only a later answer, never an error, while an endpoint is up. A
+//!   request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody keeps.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -74,14 +75,15 @@ pub async fn run(upstream: Arc<Upstream>, metrics: Metrics, mut requests: mpsc::
     let mut leases: BTreeMap<i64, LeaseRenewals> = BTreeMap::new();
     let mut backoff = REOPEN_BACKOFF_START;
     loop {
+        requeue_unanswered(&mut leases);
+        forget_departed(&mut leases);
         // Open the upstream stream only when there is something to renew.
-        if leases.values().all(LeaseRenewals::is_idle) {
+        if leases.is_empty() {
             let Some(first) = requests.recv().await else {
                 return;
             };
             queue(&mut leases, first);
         }
-        requeue_unanswered(&mut leases);
         let (index, channel) = upstream.active();
         let outcome = serve_stream(
             &upstream,
@@ -217,12 +219,26 @@ fn queue(leases: &mut BTreeMap<i64, LeaseRenewals>, renew: Renew) {
         .push(renew.waiter);
 }
 
-/// Sends one renewal per lease with queued requests.
+/// Drops the queued requests of client streams that have ended, and the leases left with nothing to do.
+///
+/// Nobody waits for such a request's answer, and renewing for it would keep the lease alive after its client
+/// stopped, which a client talking to etcd directly would not see: its request was either renewed before it left
+/// or never arrived. Such requests are the ones re-queued after a broken upstream stream, or queued while their
+/// client left.
+fn forget_departed(leases: &mut BTreeMap<i64, LeaseRenewals>) {
+    for renewals in leases.values_mut() {
+        renewals.queued.retain(|waiter| !waiter.answers.is_closed());
+    }
+    leases.retain(|_, renewals| !renewals.is_idle());
+}
+
+/// Sends one renewal per lease with queued requests from client streams still open.
 fn send_queued(
     leases: &mut BTreeMap<i64, LeaseRenewals>,
     tx: &mpsc::UnboundedSender<LeaseKeepAliveRequest>,
     metrics: &Metrics,
 ) {
+    forget_departed(leases);
     for (&id, renewals) in leases.iter_mut() {
         if renewals.queued.is_empty() {
             continue;
@@ -451,6 +467,31 @@ mod tests {
         );
         deliver(&mut leases, answer(1, 9));
         assert_eq!(a.ttls(), vec![Ok(9), Ok(9)]);
+    }
+
+    #[tokio::test]
+    async fn the_renewal_of_a_client_that_left_is_not_sent_again_on_the_next_stream() {
+        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
+        let (gone, mut staying) = (Client::new(false), Client::new(false));
+        let mut leases = BTreeMap::new();
+        queue(&mut leases, gone.renew(1));
+        queue(&mut leases, staying.renew(2));
+        send_queued(&mut leases, &tx, &metrics);
+        queue(&mut leases, gone.renew(3));
+        assert_eq!(sent(&mut upstream), vec![1, 2]);
+        // The client stream ends while its renewal is unanswered (the upstream stream broke) and while another of
+        // its requests still waits to be sent.
+        drop(gone);
+        requeue_unanswered(&mut leases);
+        send_queued(&mut leases, &tx, &metrics);
+        assert_eq!(
+            sent(&mut upstream),
+            vec![2],
+            "a renewal nobody waits for would keep the lease alive after its client stopped"
+        );
+        deliver(&mut leases, answer(2, 9));
+        assert_eq!(staying.ttls(), vec![Ok(9)]);
+        assert!(leases.is_empty(), "nothing is kept for the departed client");
     }
 
     #[tokio::test]
