@@ -423,10 +423,14 @@ fn lease_client(stopped_at: Option<f64>) -> LeaseClientLog {
 
 #[test]
 fn lease_checker_catches_an_early_expiry() {
-    let early = lease_history(Some((secs(2.0), LeaseEnd::Expired)), &[(0.0, 5.0)]);
-    assert_eq!(
-        check_leases(&early, &[lease_client(None)], 1, secs(8.0)).len(),
-        1
+    let mut early = lease_history(Some((secs(2.0), LeaseEnd::Expired)), &[(0.0, 5.0)]);
+    let record = early.leases.get_mut(&7).expect("the lease is recorded");
+    record.keep_alives = vec![(secs(0.25), 1), (secs(0.5), 2)];
+    let violations = check_leases(&early, &[lease_client(None)], 1, secs(8.0));
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(
+        violations[0].ends_with("(last renewals: 0.250s@m1, 0.500s@m2)"),
+        "the message shows when the lease was last renewed: {violations:?}"
     );
     let before_stop = lease_history(Some((secs(1.0), LeaseEnd::Expired)), &[(0.0, 0.5)]);
     assert_eq!(

@@ -78,20 +78,23 @@ pub fn check_leases(
         };
         match (log.stopped_at, record.ended) {
             (None, Some((at, how))) => violations.push(format!(
-                "{}: lease {} ended ({how:?}) at {:.3}s while its client kept it alive",
+                "{}: lease {} ended ({how:?}) at {:.3}s while its client kept it alive (last renewals: {})",
                 log.client,
                 log.lease,
-                at.as_secs_f64()
+                at.as_secs_f64(),
+                last_renewals(record)
             )),
             (Some(stopped), Some((at, LeaseEnd::Expired))) => {
                 let latest = stopped + log.ttl + log.interval;
                 if at > latest {
                     violations.push(format!(
-                        "{}: lease {} expired at {:.3}s, later than stop {:.3}s + TTL + one interval",
+                        "{}: lease {} expired at {:.3}s, later than stop {:.3}s + TTL + one interval (last \
+                         renewals: {})",
                         log.client,
                         log.lease,
                         at.as_secs_f64(),
-                        stopped.as_secs_f64()
+                        stopped.as_secs_f64(),
+                        last_renewals(record)
                     ));
                 }
                 if at < stopped {
@@ -117,4 +120,21 @@ pub fn check_leases(
         }
     }
     violations
+}
+
+/// The last few renewals of a lease as `time@member`, for a violation's message.
+fn last_renewals(record: &crate::model::LeaseRecord) -> String {
+    let shown: Vec<String> = record
+        .keep_alives
+        .iter()
+        .rev()
+        .take(4)
+        .rev()
+        .map(|(at, member)| format!("{:.3}s@m{member}", at.as_secs_f64()))
+        .collect();
+    if shown.is_empty() {
+        "none".into()
+    } else {
+        shown.join(", ")
+    }
 }
