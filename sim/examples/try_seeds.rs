@@ -1,7 +1,15 @@
 //! Runs one scenario over a few seeds and prints each report (a tool for exploring; tests use `tests/scenarios.rs`).
-//! `cargo run -p sim --example try_seeds -- watch 0 8` (`SIM_TRACE=1` also prints the last trace lines of a passing run)
+//! `cargo run -p sim --example try_seeds -- watch 0 8` (`SIM_TRACE=1` also prints the last trace lines of a passing run;
+//! `RUST_LOG=proxy=debug,sim=info` prints the proxy's logs and the faults)
 
 fn main() {
+    // `RUST_LOG=proxy=debug,sim=info` prints the proxy's own logs of each run and the faults (stamped with the simulation's virtual time).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(VirtualTime)
+            .init();
+    }
     let args: Vec<String> = std::env::args().collect();
     let scenario =
         sim::scenario::Scenario::from_name(args.get(1).map_or("watch", |s| s)).expect("scenario");
@@ -28,6 +36,18 @@ fn main() {
             }
         } else {
             println!("{}\n  wall {took:?}", report.failure_text());
+        }
+    }
+}
+
+/// Stamps log lines with the simulation's virtual time, as the trace does.
+struct VirtualTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(at) => write!(w, "{:.3}s", at.as_secs_f64()),
+            None => write!(w, "-"),
         }
     }
 }

@@ -211,6 +211,8 @@ impl<'a> World<'a> {
                     // A member that comes back is a leader election away from serving: a new term.
                     self.cluster.bump_term();
                 }
+                // Also a log event, so that `RUST_LOG=proxy=debug,sim=info` interleaves faults with the proxy's logs.
+                tracing::info!(at = format!("{:.3}s", now.as_secs_f64()), "{line}");
                 self.trace.record_at(now, line);
             }
             if self.sim.step().map_err(|e| e.to_string())? {

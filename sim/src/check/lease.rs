@@ -99,11 +99,12 @@ pub fn check_leases(
                 }
                 if at < stopped {
                     violations.push(format!(
-                        "{}: lease {} expired at {:.3}s, before its client stopped at {:.3}s",
+                        "{}: lease {} expired at {:.3}s, before its client stopped at {:.3}s (last renewals: {})",
                         log.client,
                         log.lease,
                         at.as_secs_f64(),
-                        stopped.as_secs_f64()
+                        stopped.as_secs_f64(),
+                        last_renewals(record)
                     ));
                 }
             }
