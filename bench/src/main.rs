@@ -42,8 +42,8 @@ struct Args {
     #[arg(long, conflicts_with = "scale")]
     quick: bool,
     /// Scale mode: the sizes of issues 5 and 6 (`Sizes::scale`, `Timing::scale`); size and timing flags are
-    /// refused with it; runs the watch fan-out (at each put rate) and the lease keep-alive scenarios unless --scenario says
-    /// otherwise, each on a fresh stack, and judges them against the issues' targets in the report.
+    /// refused with it; runs the watch fan-out (at each put rate) and the lease keep-alive scenarios unless
+    /// --scenario says otherwise, each on a fresh stack, and judges them against the issues' targets in the report.
     #[arg(long)]
     scale: bool,
     /// A fresh etcd and fresh proxies for every scenario case (implied by --scale).

@@ -6,8 +6,8 @@
 //! port, so the process then fails with "address already in use". This crate hands out ports *outside* the
 //! ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), which the kernel never assigns on its own, probes
 //! each by binding it, and walks the range in order, so one process hands a port out again only after going round
-//! the whole range. Different processes start at
-//! different places in the range (by PID), so concurrent test binaries do not walk the same sequence.
+//! the whole range. Different processes start at different places in the range (by PID), so concurrent test
+//! binaries do not walk the same sequence.
 #![allow(clippy::disallowed_types)]
 
 use std::ops::Range;

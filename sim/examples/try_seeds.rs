@@ -1,9 +1,9 @@
 //! Runs one scenario over a few seeds and prints each report (a tool for exploring; tests use `tests/scenarios.rs`).
-//! `cargo run -p sim --example try_seeds -- watch 0 8` (`SIM_TRACE=1` also prints the last trace lines of a passing run;
-//! `RUST_LOG=proxy=debug,sim=info` prints the proxy's logs and the faults)
+//! `cargo run -p sim --example try_seeds -- watch 0 8`. `SIM_TRACE=1` also prints the last trace lines of a passing
+//! run; `RUST_LOG=proxy=debug,sim=info` prints the proxy's logs and the faults.
 
 fn main() {
-    // `RUST_LOG=proxy=debug,sim=info` prints the proxy's own logs of each run and the faults (stamped with the simulation's virtual time).
+    // The proxy's logs and the faults, stamped with the simulation's virtual time.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
