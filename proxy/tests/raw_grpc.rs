@@ -432,7 +432,8 @@ async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_that_require_a_leader_are_refused_as_etcd_refuses_them_when_there_is_none() {
+async fn streams_and_calls_that_require_a_leader_are_refused_as_etcd_refuses_them_when_there_is_none()
+ {
     if !support::etcd_available() {
         return;
     }
@@ -472,4 +473,36 @@ async fn streams_that_require_a_leader_are_refused_as_etcd_refuses_them_when_the
         "etcd refuses both: {direct:?}"
     );
     assert_eq!(open_requiring_leader(&proxy.addr()).await, direct);
+
+    // A unary call that requires a leader: etcd refuses it at once. The proxy asks each of its endpoints once (one
+    // of them might have a leader) and then gives etcd's answer, rather than retrying for its whole retry window.
+    let direct = range_requiring_leader(&survivor).await;
+    assert_eq!(
+        direct,
+        Err("Unavailable: etcdserver: no leader".to_string())
+    );
+    let failovers_before = support::metrics::failovers(&proxy.metrics().await);
+    assert_eq!(range_requiring_leader(&proxy.addr()).await, direct);
+    let failovers = support::metrics::failovers(&proxy.metrics().await) - failovers_before;
+    assert!(
+        failovers <= etcd.len() as f64,
+        "{failovers} failovers for one call: each endpoint should be asked once"
+    );
+}
+
+/// A Range that requires a leader (`hasleader: true`), as its status.
+async fn range_requiring_leader(addr: &str) -> Result<(), String> {
+    let request = with_meta(
+        RangeRequest {
+            key: b"hl".to_vec(),
+            ..Default::default()
+        },
+        "hasleader",
+        "true",
+    );
+    KvClient::new(channel(addr).await)
+        .range(request)
+        .await
+        .map(|_| ())
+        .map_err(|e| status(&e))
 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{DEFAULT_RETRY_WINDOW, Forwarded, Upstream};
+use super::{DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
 use crate::error;
 
 /// Whether a call may be repeated on another endpoint after an endpoint failure.
@@ -89,12 +89,55 @@ impl Upstream {
             let (index, channel) = self.active();
             match call(channel, forwarded.request(message.clone())).await {
                 Ok(response) => return Ok((index, response.into_inner())),
+                Err(status) if forwarded.requires_leader() && status.message() == NO_LEADER => {
+                    self.report_failure(index);
+                    return self
+                        .ask_others_for_leader(index, retry, &forwarded, &message, &call, status)
+                        .await;
+                }
                 Err(status) => {
                     self.after_failure(index, status, retry, deadline, attempt)
                         .await?
                 }
             }
         }
+    }
+
+    /// A call that requires a leader was refused by endpoint `refused` because its member has none. etcd refused
+    /// it before doing anything, so it may go to another member even if it writes. Each other endpoint is asked
+    /// once, since another member may have a leader (the refusing one may be cut off from the majority). When none
+    /// can serve, the client gets etcd's "no leader" answer, as it would from its member directly, and at once
+    /// rather than after the whole retry window.
+    async fn ask_others_for_leader<Req, Resp, F, Fut>(
+        self: &Arc<Self>,
+        refused: usize,
+        retry: Retry,
+        forwarded: &Forwarded,
+        message: &Req,
+        call: &F,
+        no_leader: Status,
+    ) -> Result<(usize, Resp), Status>
+    where
+        Req: prost::Message + Clone,
+        F: Fn(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        for index in (0..self.len()).filter(|&i| i != refused) {
+            let channel = self.members[index].channel.clone();
+            match call(channel, forwarded.request(message.clone())).await {
+                Ok(response) => return Ok((index, response.into_inner())),
+                Err(status) if status.message() == NO_LEADER => self.report_failure(index),
+                Err(status) if error::is_endpoint_failure(&status) => {
+                    self.report_failure(index);
+                    if retry == Retry::Write && !error::never_sent(&status) {
+                        // The write may have been applied: its outcome is unknown, as etcd's client reports it.
+                        return Err(error::to_client(status));
+                    }
+                }
+                Err(status) => return Err(error::to_client(status)),
+            }
+        }
+        Err(error::to_client(no_leader))
     }
 
     /// A unary call. `call` performs it on the given channel.
