@@ -67,6 +67,20 @@ pub fn is_endpoint_failure(status: &Status) -> bool {
     }
 }
 
+/// Whether etcd refused a call for want of rights: no token ("user name is empty"), a stale or invalid one, or a
+/// user without the permission. etcd words each of these itself; the two InvalidArgument ones are told apart from
+/// other bad arguments by their messages, which etcd has kept since 3.2.
+pub fn is_auth_refusal(status: &Status) -> bool {
+    match status.code() {
+        Code::PermissionDenied | Code::Unauthenticated => true,
+        Code::InvalidArgument => matches!(
+            status.message(),
+            "etcdserver: user name is empty" | "etcdserver: revision of auth store is old"
+        ),
+        _ => false,
+    }
+}
+
 /// Whether the request provably never reached etcd: the connection it was to use could not be opened.
 pub fn never_sent(status: &Status) -> bool {
     let mut source = status.source();
@@ -86,6 +100,28 @@ fn is_deadline(err: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_refusals_are_told_from_other_errors() {
+        assert!(is_auth_refusal(&Status::permission_denied(
+            "etcdserver: permission denied"
+        )));
+        assert!(is_auth_refusal(&Status::unauthenticated(
+            "etcdserver: invalid auth token"
+        )));
+        assert!(is_auth_refusal(&Status::invalid_argument(
+            "etcdserver: user name is empty"
+        )));
+        assert!(is_auth_refusal(&Status::invalid_argument(
+            "etcdserver: revision of auth store is old"
+        )));
+        assert!(!is_auth_refusal(&Status::invalid_argument(
+            "etcdserver: key is not provided"
+        )));
+        assert!(!is_auth_refusal(&Status::unavailable(
+            "etcdserver: no leader"
+        )));
+    }
 
     #[test]
     fn tonic_size_errors_become_etcds_resource_exhausted() {

@@ -132,9 +132,12 @@ impl Lease for LeaseService {
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
-        let requires_leader = Forwarded::capture(&request).requires_leader();
+        let forwarded = Forwarded::capture(&request);
+        let requires_leader = forwarded.requires_leader();
         if requires_leader {
-            self.upstream.require_leader().await?;
+            self.upstream
+                .require_leader(forwarded.token().as_deref())
+                .await?;
         }
         Ok(Response::new(client_stream(
             request.into_inner(),

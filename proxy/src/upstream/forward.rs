@@ -45,6 +45,15 @@ impl Forwarded {
         request
     }
 
+    /// The caller's auth token: `token`, or else `authorization` (the gRPC gateway's spelling), the order etcd
+    /// reads them in.
+    pub fn token(&self) -> Option<String> {
+        ["token", "authorization"].into_iter().find_map(|key| {
+            let value = self.metadata.get(key)?.to_str().ok()?;
+            Some(value.to_owned())
+        })
+    }
+
     /// Whether the caller requires a leader (`hasleader: true`).
     pub fn requires_leader(&self) -> bool {
         self.metadata.get("hasleader").and_then(|v| v.to_str().ok()) == Some("true")
@@ -72,6 +81,24 @@ pub fn parse_grpc_timeout(raw: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_is_read_as_etcd_reads_it() {
+        let with = |pairs: &[(&'static str, &'static str)]| {
+            let mut request = Request::new(());
+            for (k, v) in pairs {
+                request.metadata_mut().insert(*k, v.parse().unwrap());
+            }
+            Forwarded::capture(&request).token()
+        };
+        assert_eq!(with(&[("token", "a")]).as_deref(), Some("a"));
+        assert_eq!(with(&[("authorization", "b")]).as_deref(), Some("b"));
+        assert_eq!(
+            with(&[("token", "a"), ("authorization", "b")]).as_deref(),
+            Some("a")
+        );
+        assert_eq!(with(&[("x-other", "c")]), None);
+    }
 
     #[test]
     fn grpc_timeouts_parse_per_the_spec() {

@@ -130,18 +130,43 @@ impl Upstream {
     /// Unavailable "no leader", when the member has no leader. The proxy asks the active member's Status (which
     /// answers without a leader) rather than sending `hasleader` itself, since a "no leader" answer to a call
     /// would count as an endpoint failure and be retried elsewhere.
-    pub async fn require_leader(self: &Arc<Self>) -> Result<(), tonic::Status> {
-        use proto::etcdserverpb::maintenance_client::MaintenanceClient;
-        let status = forward_unary!(
-            self,
-            Retry::ReadOnly,
-            tonic::Request::new(proto::etcdserverpb::StatusRequest {}),
-            MaintenanceClient::status
-        )?;
-        if status.get_ref().leader == 0 {
+    ///
+    /// Status goes with the caller's `token`: with auth on, etcd 3.5.30 answers Status only to an admin (earlier
+    /// versions to anyone). When etcd refuses to say for want of rights, the stream opens: the upstream stream
+    /// requires a leader itself, so etcd still ends it, and the proxy its clients, when there is none.
+    pub async fn require_leader(
+        self: &Arc<Self>,
+        token: Option<&str>,
+    ) -> Result<(), tonic::Status> {
+        let status = match self.status(token).await {
+            Ok(status) => status,
+            Err(refused) if crate::error::is_auth_refusal(&refused) => return Ok(()),
+            Err(other) => return Err(other),
+        };
+        if status.leader == 0 {
             return Err(tonic::Status::unavailable(NO_LEADER));
         }
         Ok(())
+    }
+
+    /// The etcd version the active member reports, asked with `token`. With auth on, etcd 3.5.30 answers Status
+    /// only to an admin: [`crate::error::is_auth_refusal`] tells that apart from a member that cannot answer.
+    pub async fn version(self: &Arc<Self>, token: Option<&str>) -> Result<String, tonic::Status> {
+        self.status(token).await.map(|s| s.version)
+    }
+
+    /// The active member's Status, asked with `token` (see [`Upstream::require_leader`] for why no `hasleader`).
+    async fn status(
+        self: &Arc<Self>,
+        token: Option<&str>,
+    ) -> Result<proto::etcdserverpb::StatusResponse, tonic::Status> {
+        use proto::etcdserverpb::maintenance_client::MaintenanceClient;
+        let mut request = tonic::Request::new(proto::etcdserverpb::StatusRequest {});
+        if let Some(token) = token.and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("token", token);
+        }
+        forward_unary!(self, Retry::ReadOnly, request, MaintenanceClient::status)
+            .map(tonic::Response::into_inner)
     }
 
     /// Records that a call on endpoint `index` failed because the endpoint cannot serve: marks it down, starts

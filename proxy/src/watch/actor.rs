@@ -65,6 +65,8 @@ const PROBE_AFTER_SILENCE: Duration = Duration::from_secs(5);
 /// ...and if it does not answer within this, treat the endpoint as failed. The same bound applies to creates: a
 /// member that keeps sending events but no longer hears the proxy would otherwise leave new watchers unanswered.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the actor waits for a member to say its version before opening a stream without knowing it.
+const VERSION_WAIT: Duration = Duration::from_secs(1);
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
 const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Commands applied before the actor looks at etcd's responses again.
@@ -87,6 +89,8 @@ pub struct Actor {
     pub key: Option<String>,
     pub commands: mpsc::UnboundedReceiver<Command>,
     pub registry: Registry,
+    /// Whether the hub answers as the members' version of etcd does yet (see [`Actor::learn_version`]).
+    pub version_known: bool,
 }
 
 enum StreamEnd {
@@ -119,6 +123,9 @@ impl Actor {
                     continue;
                 }
             };
+            if !self.version_known {
+                self.learn_version(token.as_deref()).await;
+            }
             let (index, channel) = self.upstream.active();
             match self.serve_stream(channel, index, token.as_deref()).await {
                 StreamEnd::Finished => return,
@@ -142,6 +149,23 @@ impl Actor {
                 }
             }
             self.hub.upstream_lost();
+        }
+    }
+
+    /// Learns the members' etcd version once, for answers that differ between versions. The members of a cluster
+    /// run one version but during an upgrade, and a member that is slow to say now is asked again at the next
+    /// stream rather than holding this one up.
+    async fn learn_version(&mut self, token: Option<&str>) {
+        match tokio::time::timeout(VERSION_WAIT, self.upstream.version(token)).await {
+            Ok(Ok(version)) => {
+                self.hub.set_etcd_version(Some(&version));
+                self.version_known = true;
+            }
+            Ok(Err(refused)) if error::is_auth_refusal(&refused) => {
+                self.hub.set_etcd_version(None);
+                self.version_known = true;
+            }
+            Ok(Err(_)) | Err(_) => {}
         }
     }
 

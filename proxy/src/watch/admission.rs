@@ -13,6 +13,7 @@ use proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use proto::etcdserverpb::{RangeRequest, StatusRequest, WatchCreateRequest};
 use tonic::{Code, Request, Status};
 
+use super::etcd_version;
 use crate::upstream::{Forwarded, Retry, Upstream, forward_unary};
 
 /// etcd's answer to a Range above its current revision: the caller passed the permission check.
@@ -85,10 +86,9 @@ fn verdict(status: Status) -> Result<Admission, Status> {
 }
 
 /// etcd's answer to a create that asked for watch ID `requested` (0: the server's choice) and was refused with
-/// `code` and `message`. Before 3.5, etcd answers with watch ID -1 and the text of the error as Go prints it; from
-/// 3.5 on, with the requested ID and always "permission denied". The active member's Status says which; a member
-/// that does not answer is taken to be 3.5 or later. Asked per refusal: refusals are rare, and the members of one
-/// cluster may run different versions during an upgrade.
+/// `code` and `message`, worded as the active member's version of etcd words it (see [`Wording`]); its Status
+/// says which version that is. Asked per refusal: refusals are rare, and the members of one cluster may run
+/// different versions during an upgrade.
 pub async fn refusal(
     upstream: &Arc<Upstream>,
     code: Code,
@@ -101,22 +101,50 @@ pub async fn refusal(
         Request::new(StatusRequest {}),
         MaintenanceClient::status
     );
-    let before_3_5 = status.is_ok_and(|s| is_before_3_5(&s.get_ref().version));
-    refusal_of(before_3_5, code, message, requested)
+    // A member that does not say is taken to be of the newest kind, as an unreadable version is (see `wording`).
+    let wording = status.map_or(Wording::NamesTheError, |s| wording(&s.get_ref().version));
+    refusal_of(wording, code, message, requested)
 }
 
-fn refusal_of(before_3_5: bool, code: Code, message: &str, requested: i64) -> Refusal {
-    let (watch_id, code, message) = if before_3_5 {
-        (-1, code, message)
+/// How a version of etcd answers a create it refuses (server/etcdserver/api/v3rpc/watch.go, `recvLoop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wording {
+    /// 3.2 and 3.3: watch ID -1, always "permission denied". (3.0 and 3.1 do not check a watcher at all.)
+    Before3_4,
+    /// 3.4.0 to 3.4.21 and 3.5.0 to 3.5.5: the watch ID the client asked for, always "permission denied". A
+    /// client that asked for none (0) then reads it as the end of its watcher 0 (etcd issue #14296).
+    RequestedId,
+    /// 3.4.22 and 3.5.6 on, all of 3.6 and 3.7: watch ID -1 (clientv3's `InvalidWatchID`), and the auth error
+    /// by its name when it is one of `NAMED`, "permission denied" otherwise (etcd PRs #14547/#14563, backported
+    /// to 3.4 as #14548/#14562).
+    NamesTheError,
+}
+
+/// The refusals etcd's watch names as themselves since [`Wording::NamesTheError`], as gRPC statuses: exactly
+/// those a Range asked with the same token fails with for the same cause.
+const NAMED: [(Code, &str); 3] = [
+    (Code::Unauthenticated, "etcdserver: invalid auth token"),
+    (
+        Code::InvalidArgument,
+        "etcdserver: revision of auth store is old",
+    ),
+    (Code::InvalidArgument, "etcdserver: user name is empty"),
+];
+
+fn refusal_of(wording: Wording, code: Code, message: &str, requested: i64) -> Refusal {
+    let (watch_id, names_the_error) = match wording {
+        Wording::Before3_4 => (-1, false),
+        Wording::RequestedId => (requested, false),
+        Wording::NamesTheError => (-1, true),
+    };
+    let (code, message) = if names_the_error && NAMED.contains(&(code, message)) {
+        (code, message)
     } else {
-        (
-            requested,
-            Code::PermissionDenied,
-            "etcdserver: permission denied",
-        )
+        (Code::PermissionDenied, "etcdserver: permission denied")
     };
     Refusal {
         watch_id,
+        // Go's text of a gRPC status error, which etcd puts in the cancel reason.
         reason: format!(
             "rpc error: code = {} desc = {message}",
             crate::metrics::code_label(code)
@@ -124,12 +152,16 @@ fn refusal_of(before_3_5: bool, code: Code, message: &str, requested: i64) -> Re
     }
 }
 
-/// Whether etcd of this version is older than 3.5.
-fn is_before_3_5(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor) < (3, 5),
-        _ => false,
+/// How etcd of this version (a Status `version`, "3.5.30") words a refusal. A version that does not read as
+/// major.minor.patch gets the newest wording: etcd has always reported its version so, so another form would
+/// come from an etcd newer than this code, and every etcd since 3.5.6 words it the newest way. (3.6.0-alpha.0,
+/// which etcd's main branch reported both before and after the fix, reads as 3.6.0: no reading of it is right for
+/// every build.)
+fn wording(version: &str) -> Wording {
+    match etcd_version::release(version) {
+        Some(v) if v < (3, 4, 0) => Wording::Before3_4,
+        Some(v) if v < (3, 4, 22) || ((3, 5, 0)..(3, 5, 6)).contains(&v) => Wording::RequestedId,
+        _ => Wording::NamesTheError,
     }
 }
 
@@ -175,37 +207,95 @@ mod tests {
     }
 
     #[test]
-    fn versions_before_3_5_are_told_apart() {
-        for (version, before) in [
-            ("3.4.23", true),
-            ("3.3.0", true),
-            ("3.5.1", false),
-            ("3.6.0", false),
-            ("4.0.0", false),
-            ("", false),
+    fn each_version_gets_the_wording_of_its_etcd() {
+        use Wording::*;
+        for (version, want) in [
+            ("3.3.27", Before3_4),
+            ("3.4.0", RequestedId),
+            ("3.4.21", RequestedId),
+            ("3.4.22", NamesTheError),
+            ("3.4.23", NamesTheError),
+            ("3.5.0-rc.1", RequestedId),
+            ("3.5.0", RequestedId),
+            ("3.5.1", RequestedId),
+            ("3.5.5", RequestedId),
+            ("3.5.6", NamesTheError),
+            ("3.5.30", NamesTheError),
+            ("3.6.0-rc.0", NamesTheError),
+            ("3.6.0", NamesTheError),
+            ("3.7.1", NamesTheError),
+            ("4.0.0", NamesTheError),
+            // Unreadable: the newest.
+            ("", NamesTheError),
+            ("3.5", NamesTheError),
+            ("3.5.x", NamesTheError),
+            ("3.5.1.2", NamesTheError),
+            ("garbage", NamesTheError),
         ] {
-            assert_eq!(is_before_3_5(version), before, "{version}");
+            assert_eq!(wording(version), want, "{version}");
         }
     }
 
     #[test]
     fn refusals_look_like_the_version_of_etcd_that_would_give_them() {
-        let (code, message) = (Code::Unauthenticated, "etcdserver: invalid auth token");
-        assert_eq!(
-            refusal_of(true, code, message, 7),
-            Refusal {
-                watch_id: -1,
-                reason: "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"
-                    .into()
-            }
-        );
-        assert_eq!(
-            refusal_of(false, code, message, 7),
-            Refusal {
-                watch_id: 7,
-                reason: "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
-                    .into()
-            }
-        );
+        let denied = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
+        let invalid = "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token";
+        let cases = [
+            (
+                Wording::Before3_4,
+                (Code::Unauthenticated, "etcdserver: invalid auth token"),
+                (-1, denied),
+            ),
+            (
+                Wording::RequestedId,
+                (Code::Unauthenticated, "etcdserver: invalid auth token"),
+                (7, denied),
+            ),
+            (
+                Wording::NamesTheError,
+                (Code::Unauthenticated, "etcdserver: invalid auth token"),
+                (-1, invalid),
+            ),
+            (
+                Wording::NamesTheError,
+                (Code::InvalidArgument, "etcdserver: user name is empty"),
+                (
+                    -1,
+                    "rpc error: code = InvalidArgument desc = etcdserver: user name is empty",
+                ),
+            ),
+            (
+                Wording::NamesTheError,
+                (
+                    Code::InvalidArgument,
+                    "etcdserver: revision of auth store is old",
+                ),
+                (
+                    -1,
+                    "rpc error: code = InvalidArgument desc = etcdserver: revision of auth store is old",
+                ),
+            ),
+            (
+                Wording::NamesTheError,
+                (Code::PermissionDenied, "etcdserver: permission denied"),
+                (-1, denied),
+            ),
+            // Any other error etcd's watch calls "permission denied".
+            (
+                Wording::NamesTheError,
+                (Code::FailedPrecondition, "etcdserver: something else"),
+                (-1, denied),
+            ),
+        ];
+        for (wording, (code, message), (watch_id, reason)) in cases {
+            assert_eq!(
+                refusal_of(wording, code, message, 7),
+                Refusal {
+                    watch_id,
+                    reason: reason.into()
+                },
+                "{wording:?} {message}"
+            );
+        }
     }
 }

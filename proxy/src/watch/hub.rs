@@ -120,6 +120,9 @@ pub struct Hub {
     /// Streams that asked for progress, waiting for etcd's progress answer.
     progress_waiters: BTreeSet<StreamId>,
     progress_in_flight: bool,
+    /// Whether the member behind answers a progress request on a stream without watchers (etcd before 3.5.8); the
+    /// actor sets it from the member's version each time it opens an upstream stream.
+    answers_idle_progress: bool,
     /// Streams of creates with an invalid range, sent as they are; etcd answers each with watch ID -1, in order.
     invalid_creates: VecDeque<StreamId>,
     /// Creates sent on the current stream and not answered yet, in order (`None`: an invalid-range create). etcd
@@ -149,6 +152,7 @@ impl Hub {
             latest_header: ResponseHeader::default(),
             progress_waiters: BTreeSet::new(),
             progress_in_flight: false,
+            answers_idle_progress: true,
             invalid_creates: VecDeque::new(),
             creates_in_flight: VecDeque::new(),
             creates_answered: 0,
@@ -170,6 +174,12 @@ impl Hub {
     }
 
     /// Whether no client stream is attached.
+    /// Answers progress requests as etcd of `version` does (`None`: the member would not say; the newest way).
+    pub fn set_etcd_version(&mut self, version: Option<&str>) {
+        self.answers_idle_progress =
+            super::etcd_version::answers_progress_without_watchers(version);
+    }
+
     pub fn has_no_streams(&self) -> bool {
         self.streams.is_empty()
     }
@@ -387,7 +397,11 @@ impl Hub {
     }
 
     pub fn request_progress(&mut self, stream_id: StreamId) {
-        if !self.streams.contains_key(&stream_id) {
+        let Some(stream) = self.streams.get(&stream_id) else {
+            return;
+        };
+        // etcd from 3.5.8 sends nothing for a progress request on a stream without watchers.
+        if stream.watchers.is_empty() && !self.answers_idle_progress {
             return;
         }
         self.progress_waiters.insert(stream_id);

@@ -6,11 +6,13 @@
 //! - [`actor`]: runs a hub against etcd over one upstream Watch stream per caller identity (or one in all, with
 //!   the proxy's own identity, `--user`).
 //! - [`admission`]: with the proxy's own identity, checks each caller's token for read permission on its range.
+//! - [`etcd_version`]: where etcd versions differ in what a watch stream answers.
 //!
 //! This module wires client streams to their hub: requests in, responses (bounded by `--watch-buffer-size`) out.
 
 pub mod actor;
 pub mod admission;
+pub mod etcd_version;
 pub mod filter;
 pub mod hub;
 
@@ -110,6 +112,7 @@ impl WatchService {
             key: token.clone(),
             commands: receiver,
             registry: self.hubs.clone(),
+            version_known: false,
         };
         let _ = commands.send(Command::Open {
             stream,
@@ -131,15 +134,14 @@ impl Watch for WatchService {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let forwarded = Forwarded::capture(&request);
         if forwarded.requires_leader() {
-            self.upstream.require_leader().await?;
+            self.upstream
+                .require_leader(forwarded.token().as_deref())
+                .await?;
         }
+        // Streams are shared only between callers with one token, whichever key carried it.
         let token = match self.identity {
             Some(_) => None,
-            None => request
-                .metadata()
-                .get("token")
-                .and_then(|t| t.to_str().ok())
-                .map(str::to_owned),
+            None => forwarded.token(),
         };
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (responses, responses_rx) = mpsc::channel(self.buffer);
