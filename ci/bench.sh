@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: direct etcd vs etcd's Go grpc-proxy vs this proxy, same load, alternating runs.
 #
-#   ci/bench.sh           full run (etcd 3.5.1 and 3.4.23, every scenario, 3 rounds; about 10 minutes on 2 cores),
-#                         writes bench/results/latest.{json,md} and bench/results/latest-<version>-*.svg
+#   ci/bench.sh           full run (etcd 3.5.1, 3.4.23 and 3.5.30, every scenario, 3 rounds; about 10 minutes on 2
+#                         cores for the first two, so an estimated 15 with 3.5.30), writes bench/results/latest.{json,md}
+#                         and bench/results/latest-<version>-*.svg
 #   ci/bench.sh --quick   tiny sizes, one short round (under 2 minutes after the build), writes target/bench-quick/
 #   ci/bench.sh --scale   the sizes of issues 5 and 6 (10,000 watchers on one key, 100 per stream over 100
 #                         connections, at 1, 5 and 20 puts/s; 10,000 leases over 1,000 streams), a fresh stack per
@@ -12,8 +13,9 @@
 #                         e.g. --scenario put --rounds 5 --name my-run (size and timing flags such as --rounds are
 #                         refused together with --quick or --scale, which set them all)
 #
-# Installs what it needs (etcd 3.4.23 from Debian, etcd 3.5.1 from PyPI into target/etcd-3.5.1/), builds the proxy
-# and the load generator in release mode, and starts every process itself on free loopback ports.
+# Installs what it needs with ci/install-conformance-deps.sh (etcd 3.4.23 from Debian; etcd 3.5.1 and 3.5.30 into
+# the test kit's directories, $ETCD_351_DIR and $ETCD_3530_DIR), builds the proxy and the load generator in release
+# mode, and starts every process itself on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +27,10 @@ case "${1:-}" in
     ;;
 esac
 
-ci/install-deps.sh >/dev/null
-etcd35_dir=$(ci/install-bench-deps.sh)
+# Also runs ci/install-deps.sh (etcd 3.4.23).
+ci/install-conformance-deps.sh >/dev/null
+etcd351_dir=${ETCD_351_DIR:-/usr/local/lib/etcd-3.5.1}
+etcd3530_dir=${ETCD_3530_DIR:-/usr/local/lib/etcd-3.5.30}
 cargo build --release --locked -p proxy -p bench
 
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), \
@@ -35,7 +39,7 @@ $(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); load generator, 
 proxy built from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy proto || echo ' with uncommitted changes')"
 
 args=(
-  --etcd "3.5.1=$etcd35_dir/etcd"
+  --etcd "3.5.1=$etcd351_dir/etcd"
   --etcd "3.4.23=$(command -v etcd)"
   --proxy-bin target/release/etcd-grpc-proxy
   --machine "$machine"
@@ -52,7 +56,7 @@ case $mode in
     ;;
   full)
     # Full sizes: the defaults of the bench binary (see Sizes and Timing in bench/src/plan.rs), shorter runs.
-    args+=(--name latest --out-dir bench/results --seconds 2 --warmup-seconds 0.5 --rounds 3)
+    args+=(--etcd "3.5.30=$etcd3530_dir/etcd" --name latest --out-dir bench/results --seconds 2 --warmup-seconds 0.5 --rounds 3)
     command="ci/bench.sh $*"
     ;;
 esac

@@ -7,10 +7,10 @@
 //!
 //! - [`plan`]: targets, scenarios, sizes (each a flag), timing.
 //! - [`services`]: etcd, `etcd grpc-proxy start` and `etcd-grpc-proxy start` as child processes on free loopback
-//!   ports, killed when dropped.
+//!   ports, killed when dropped (the `testkit` crate's processes).
 //! - [`load`]: the load generator (closed loop or fixed rate) and the scenarios.
 //! - [`meter`], [`upstream`]: what a run cost etcd and the proxy; [`memory`]: a proxy's settled idle memory.
-//! - [`sys`]: `/proc` readings; free ports and HTTP GETs come from the `loopback` crate.
+//! - [`sys`]: `/proc` readings; processes, free ports and HTTP GETs come from the `testkit` crate.
 //! - [`results`], [`report`]: the data model and its outputs.
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.

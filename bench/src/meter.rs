@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::memory::{self, RssReading};
 use crate::sys::procfs;
 use crate::upstream::{self, EtcdCounters, UpstreamLoad};
-use loopback::http;
+use testkit::http;
 
 /// How often the proxy's resident memory is sampled during a run.
 const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(100);

@@ -90,14 +90,33 @@ pub struct EtcdBinary {
 }
 
 impl EtcdBinary {
-    /// Parses `VERSION=PATH` (for example `3.5.1=target/etcd-3.5.1/etcd`).
+    /// Parses `VERSION=PATH` (for example `3.5.1=/usr/local/lib/etcd-3.5.1/etcd`); refuses a version the test kit
+    /// does not know.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let (version, path) = raw
             .split_once('=')
             .ok_or_else(|| format!("expected VERSION=PATH, got {raw:?}"))?;
-        Ok(Self {
+        let binary = Self {
             version: version.to_string(),
             path: PathBuf::from(path),
+        };
+        binary.binaries()?;
+        Ok(binary)
+    }
+
+    /// The test kit's view of it: its version, its `etcd` and the `etcdctl` next to it.
+    pub fn binaries(&self) -> Result<testkit::Binaries, String> {
+        let version = testkit::Version::parse(&self.version).ok_or_else(|| {
+            format!(
+                "etcd version {:?} is not one the benchmark knows (known: {})",
+                self.version,
+                testkit::Version::ALL.map(testkit::Version::name).join(", ")
+            )
+        })?;
+        Ok(testkit::Binaries {
+            version,
+            etcd: self.path.clone(),
+            etcdctl: self.path.with_file_name("etcdctl"),
         })
     }
 }
@@ -348,6 +367,20 @@ mod tests {
             None,
             "one rate needs no name"
         );
+    }
+
+    #[test]
+    fn an_etcd_is_a_known_version_and_a_path_with_etcdctl_beside_it() {
+        let etcd = EtcdBinary::parse("3.5.30=/opt/etcd/etcd").expect("a known version");
+        let binaries = etcd.binaries().expect("a known version");
+        assert_eq!(binaries.version, testkit::Version::V3_5_30);
+        assert_eq!(binaries.etcdctl, PathBuf::from("/opt/etcd/etcdctl"));
+        let unknown = EtcdBinary::parse("3.6.0=/opt/etcd/etcd").expect_err("not a known version");
+        assert!(
+            unknown.contains("\"3.6.0\"") && unknown.contains("3.4.23, 3.5.1, 3.5.30"),
+            "{unknown}"
+        );
+        assert!(EtcdBinary::parse("/opt/etcd/etcd").is_err());
     }
 
     #[test]

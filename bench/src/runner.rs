@@ -18,7 +18,7 @@ use crate::results::{Report, Run, ScenarioResult, VersionResult};
 use crate::services::Stack;
 use crate::sys::procfs;
 use crate::upstream;
-use loopback::http;
+use testkit::http;
 
 /// How long etcd may take to drop the watchers of a finished run before the next run starts anyway.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -104,9 +104,7 @@ async fn start_stack(
         "bench: etcd {}: starting etcd, its Go proxy and this proxy",
         etcd.version
     );
-    let stack = Stack::start(etcd, &plan.proxy_bin)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stack = Stack::start(etcd, &plan.proxy_bin).await?;
     if result.idle_rss_mib.is_empty() {
         for target in [Target::GoProxy, Target::RustProxy] {
             if let Some(pid) = stack.proxy(target).map(|p| p.pid())
@@ -118,7 +116,7 @@ async fn start_stack(
             }
         }
     }
-    let direct = match connect(stack.etcd.addr(), 1).await {
+    let direct = match connect(stack.etcd().addr(), 1).await {
         Ok(mut channels) => channels.remove(0),
         Err(e) => return Err(format!("cannot connect to etcd: {e}")),
     };
@@ -140,8 +138,8 @@ async fn run_once(
     let sizes = &plan.sizes;
     let entry = stack.entry(target);
     let meter = Meter::new(
-        stack.etcd.addr(),
-        stack.etcd.pid(),
+        stack.etcd().addr(),
+        stack.etcd().pid(),
         stack.proxy(target).map(|p| p.pid()),
     );
     let connections = match scenario {
@@ -228,7 +226,7 @@ async fn run_once(
     };
     drop(channels);
     if let (Scenario::WatchFanout, Some(baseline)) = (scenario, meter.baseline_watchers()) {
-        settle_watchers(stack.etcd.addr(), baseline).await;
+        settle_watchers(stack.etcd().addr(), baseline).await;
     }
     Run {
         round,

@@ -1,68 +1,26 @@
 //! The benchmark's quick mode, end to end, so that it cannot rot: real etcd 3.4.23 (Debian), etcd's Go proxy from
-//! the same binary and this proxy (the debug build), every scenario at tiny sizes. It asserts that every target
-//! produced results (completions, latencies, no errors, etcd's metrics read, the report written), never a speed.
+//! the same binary and this proxy (the release build, as `ci/bench.sh` runs it), every scenario at tiny sizes. It
+//! asserts that every target produced results (completions, latencies, no errors, etcd's metrics read, the report
+//! written), never a speed.
 //!
-//! etcd 3.5.1 is not used here: CI installs only the Debian etcd for tests; `ci/bench.sh` runs both versions.
+//! One etcd version keeps it short; `ci/bench.sh` runs every version.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Target, Timing};
 use bench::results::Report;
+use testkit::{Binaries, Version};
 
-const ETCD_3_4: &str = "/usr/bin/etcd";
-
-/// Whether etcd is installed; under CI (`CI=true`) its absence is a failure, elsewhere a skip with a hint.
-fn etcd_available() -> bool {
-    if Path::new(ETCD_3_4).exists() {
-        return true;
-    }
-    let msg = format!("{ETCD_3_4} is missing; install etcd 3.4 with ci/install-deps.sh");
-    assert!(
-        std::env::var("CI").map_or(true, |v| v != "true"),
-        "{msg} (CI=true: a failure, not a skip)"
-    );
-    eprintln!("SKIPPED: {msg}");
-    false
-}
-
-/// The proxy binary of this build profile (`target/<profile>/etcd-grpc-proxy`, next to this test's `deps/`),
-/// built or confirmed up to date by cargo first, so the test never runs a stale proxy.
-fn proxy_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binaries live in target/<profile>/deps")
-        .to_path_buf();
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args([
-        "build",
-        "--quiet",
-        "-p",
-        "proxy",
-        "--bin",
-        "etcd-grpc-proxy",
-    ]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo.status().expect("run cargo build for the proxy");
-    assert!(status.success(), "cargo build -p proxy failed: {status}");
-    let bin = profile_dir.join("etcd-grpc-proxy");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
-
-fn quick_plan(out_dir: &Path) -> Plan {
+fn quick_plan(etcd: Binaries, out_dir: &Path) -> Plan {
     Plan {
         name: "quick-test".into(),
         out_dir: out_dir.to_path_buf(),
         etcds: vec![EtcdBinary {
-            version: "3.4.23".into(),
-            path: ETCD_3_4.into(),
+            version: etcd.version.name().into(),
+            path: etcd.etcd,
         }],
-        proxy_bin: proxy_binary(),
+        // The release build, built (or confirmed up to date) by cargo first, so the test never runs a stale proxy.
+        proxy_bin: testkit::proxy::binary().expect("the proxy's release binary"),
         scenarios: Scenario::ALL.to_vec(),
         sizes: Sizes::quick(),
         timing: Timing::quick(),
@@ -76,11 +34,11 @@ fn quick_plan(out_dir: &Path) -> Plan {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_report() {
-    if !etcd_available() {
+    let Some(etcd) = Version::V3_4_23.require() else {
         return;
-    }
-    let out = tempfile::tempdir().expect("temporary output directory");
-    let plan = quick_plan(out.path());
+    };
+    let out = testkit::dirs::temp_dir("bench-quick-").expect("temporary output directory");
+    let plan = quick_plan(etcd, out.path());
     let report = bench::runner::run(&plan).await;
 
     assert_eq!(report.versions.len(), 1);

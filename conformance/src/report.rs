@@ -1,9 +1,10 @@
-//! Outcomes per scenario, target, backend and version, and the table `cargo test -p conformance` prints.
+//! Outcomes per scenario, target, flag profile, backend and version, and the table `cargo test -p conformance` prints.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::backend::Kind;
+use testkit::{Backend, Version};
+
 use crate::target::TargetKind;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,9 +18,26 @@ pub enum Status {
 pub struct Outcome {
     pub scenario: String,
     pub target: TargetKind,
-    pub backend: Kind,
-    pub version: &'static str,
+    /// The proxy's flag profile (`None` for direct etcd and the model).
+    pub profile: Option<&'static str>,
+    pub backend: Backend,
+    pub version: Version,
     pub status: Status,
+}
+
+impl Outcome {
+    /// The profile column: its name, `-` where no proxy runs.
+    pub fn profile_label(&self) -> &'static str {
+        self.profile.unwrap_or("-")
+    }
+
+    /// `proxy (default)`, `direct`, `model`: for failure and skip lines.
+    pub fn target_label(&self) -> String {
+        match self.profile {
+            Some(p) => format!("{} ({p} profile)", self.target),
+            None => self.target.to_string(),
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -31,9 +49,11 @@ struct Counts {
 
 /// The summary table, then every failure and every distinct skip reason.
 pub fn render(outcomes: &[Outcome]) -> String {
-    let mut rows: BTreeMap<(TargetKind, Kind, &'static str), Counts> = BTreeMap::new();
+    let mut rows: BTreeMap<(TargetKind, &'static str, Backend, Version), Counts> = BTreeMap::new();
     for o in outcomes {
-        let c = rows.entry((o.target, o.backend, o.version)).or_default();
+        let c = rows
+            .entry((o.target, o.profile_label(), o.backend, o.version))
+            .or_default();
         match o.status {
             Status::Passed => c.passed += 1,
             Status::Failed(_) => c.failed += 1,
@@ -44,19 +64,20 @@ pub fn render(outcomes: &[Outcome]) -> String {
     let _ = writeln!(s, "\nconformance report");
     let _ = writeln!(
         s,
-        "| target | backend        | etcd   | passed | failed | skipped |"
+        "| target | profile  | backend        | etcd   | passed | failed | skipped |"
     );
     let _ = writeln!(
         s,
-        "|--------|----------------|--------|--------|--------|---------|"
+        "|--------|----------|----------------|--------|--------|--------|---------|"
     );
-    for ((target, backend, version), c) in &rows {
+    for ((target, profile, backend, version), c) in &rows {
         let _ = writeln!(
             s,
-            "| {:<6} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
+            "| {:<6} | {:<8} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
             target.to_string(),
+            profile,
             backend.to_string(),
-            version,
+            version.name(),
             c.passed,
             c.failed,
             c.skipped
@@ -68,7 +89,9 @@ pub fn render(outcomes: &[Outcome]) -> String {
             skips
                 .entry(format!(
                     "{} on {} etcd {}: {reason}",
-                    o.target, o.backend, o.version
+                    o.target_label(),
+                    o.backend,
+                    o.version
                 ))
                 .or_default()
                 .push(o.scenario.clone());
@@ -82,7 +105,10 @@ pub fn render(outcomes: &[Outcome]) -> String {
             let _ = writeln!(
                 s,
                 "\nFAILED {} on {} ({} etcd {}):\n{why}",
-                o.scenario, o.target, o.backend, o.version
+                o.scenario,
+                o.target_label(),
+                o.backend,
+                o.version
             );
         }
     }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::etcdctl::{Background, Etcdctl, Output};
-use crate::normalize::Normalizer;
+use testkit::{Background, Etcdctl, Normalizer, Output};
+
 use crate::scenario::{Finish, Scenario, Step};
 
 /// How long a sync point (`wait`, `until`) may take.
@@ -97,37 +97,20 @@ pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, Strin
                 let child = bg
                     .get_mut(name)
                     .ok_or_else(|| at(format!("no background {name}")))?;
-                let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-                while child.stdout().lines().count() < *lines {
-                    if tokio::time::Instant::now() >= deadline || child.has_exited() {
-                        return Err(at(format!(
-                            "{name} printed {} of {lines} lines (exited: {}); stdout:\n{}\nstderr:\n{}",
-                            child.stdout().lines().count(),
-                            child.has_exited(),
-                            child.stdout(),
-                            child.stderr()
-                        )));
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                child
+                    .wait_lines(*lines, SYNC_TIMEOUT)
+                    .await
+                    .map_err(|e| at(format!("{name}: {e}")))?;
             }
             Step::WaitText { name, text } => {
                 let text = norm.resolve(text).map_err(at)?;
                 let child = bg
                     .get_mut(name)
                     .ok_or_else(|| at(format!("no background {name}")))?;
-                let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-                while !child.stdout().contains(&text) {
-                    if tokio::time::Instant::now() >= deadline || child.has_exited() {
-                        return Err(at(format!(
-                            "{name} did not print {text:?} (exited: {}); stdout:\n{}\nstderr:\n{}",
-                            child.has_exited(),
-                            child.stdout(),
-                            child.stderr()
-                        )));
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                child
+                    .wait_contains(&text, SYNC_TIMEOUT)
+                    .await
+                    .map_err(|e| at(format!("{name}: {e}")))?;
             }
             Step::Send { name, line: text } => {
                 let text = norm.resolve(text).map_err(at)?;

@@ -1,12 +1,15 @@
-//! The whole run for one backend and version: one shared etcd (and one proxy in front of it) for the scenarios
-//! that stay under their own key prefix, a fresh etcd per target for the scenarios that change cluster-wide
-//! state (`@own-etcd`); `direct` is checked against its insta snapshot, `proxy` (and `model`) against `direct`.
+//! The whole run for one backend and version: one shared etcd (with one proxy per flag profile in front of it)
+//! for the scenarios that stay under their own key prefix, a fresh etcd per target for the scenarios that change
+//! cluster-wide state (`@own-etcd`); `direct` is checked against its insta snapshot, the proxy under every profile
+//! (and the model) against `direct`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::backend::{Etcd, Kind, Spec};
+use testkit::{Backend, Etcd, Spec};
+
+use crate::profile::Profile;
 use crate::report::{Outcome, Status};
 use crate::runner::{self, Place, Transcript};
 use crate::scenario::Scenario;
@@ -18,11 +21,23 @@ pub struct Context {
     pub snapshots: PathBuf,
     /// Scenario id → why the proxy differs there by design.
     pub differences: BTreeMap<String, String>,
+    /// The flag profiles the proxy runs under.
+    pub profiles: Vec<Profile>,
 }
 
-/// The key prefix of a scenario on a target: targets share an etcd, so each gets its own.
-fn prefix(scenario: &Scenario, target: TargetKind) -> String {
-    format!("/cf/{target}/{}/", scenario.id)
+/// Where a scenario runs through the proxy under a profile, or on direct etcd or the model (`None`).
+type Lane = Option<Profile>;
+
+/// The key prefix and scratch folder name of a scenario on a target: targets share an etcd, so each gets its own.
+fn place_name(target: TargetKind, profile: Lane) -> String {
+    match profile {
+        Some(p) => format!("{target}-{}", p.name),
+        None => target.to_string(),
+    }
+}
+
+fn prefix(scenario: &Scenario, target: TargetKind, profile: Lane) -> String {
+    format!("/cf/{}/{}/", place_name(target, profile), scenario.id)
 }
 
 /// Runs every scenario on `spec` (both lanes concurrently) and returns one outcome per scenario and target.
@@ -35,7 +50,7 @@ pub async fn run_group(
 ) -> Vec<Outcome> {
     let (unsupported, runnable): (Vec<&Scenario>, Vec<&Scenario>) = scenarios
         .iter()
-        .partition(|s| spec.kind == Kind::Testcontainers && s.container_unsupported.is_some());
+        .partition(|s| spec.backend == Backend::Container && s.container_unsupported.is_some());
     let (shared, own): (Vec<&Scenario>, Vec<&Scenario>) =
         runnable.into_iter().partition(|s| !s.own_etcd);
     let (mut a, b) = tokio::join!(
@@ -43,18 +58,31 @@ pub async fn run_group(
         own_lane(spec, &own, ctx, with_model)
     );
     a.extend(b);
-    a.extend(unsupported.iter().flat_map(|sc| {
+    for sc in unsupported {
         let why = sc.container_unsupported.clone().unwrap_or_default();
-        [TargetKind::Direct, TargetKind::Proxy].map(|t| {
+        a.extend(for_each_lane(ctx, |lane| {
+            let target = if lane.is_some() {
+                TargetKind::Proxy
+            } else {
+                TargetKind::Direct
+            };
             outcome(
                 spec,
                 sc,
-                t,
+                target,
+                lane,
                 Status::Skipped(format!("unsupported in a container: {why}")),
             )
-        })
-    }));
+        }));
+    }
     a
+}
+
+/// One outcome per lane of `direct` and the proxy under each profile.
+fn for_each_lane(ctx: &Context, mut f: impl FnMut(Lane) -> Outcome) -> Vec<Outcome> {
+    let mut out = vec![f(None)];
+    out.extend(ctx.profiles.iter().map(|p| f(Some(*p))));
+    out
 }
 
 /// The model's seed: fixed, so its IDs are the same in every run.
@@ -82,7 +110,14 @@ fn judge_model(
             transcript_diff(d, &m)
         )),
     };
-    outcome(spec, sc, TargetKind::Model, status)
+    outcome(spec, sc, TargetKind::Model, None, status)
+}
+
+/// A scratch folder per scenario and target, under one temporary directory that the lane removes.
+fn scratch(root: &Path, sc: &Scenario, target: TargetKind, lane: Lane) -> String {
+    let dir = root.join(sc.snapshot_name()).join(place_name(target, lane));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.display().to_string()
 }
 
 async fn shared_lane(
@@ -91,65 +126,71 @@ async fn shared_lane(
     ctx: &Context,
     with_model: bool,
 ) -> Vec<Outcome> {
-    let mut outcomes = Vec::new();
-    let etcd = match Etcd::start(spec).await {
+    if scenarios.is_empty() {
+        return Vec::new();
+    }
+    let fail_all = |why: String| {
+        scenarios
+            .iter()
+            .flat_map(|sc| all_failed(spec, sc, ctx, &why))
+            .collect::<Vec<_>>()
+    };
+    let Ok(binaries) = &spec.binaries else {
+        return fail_all(spec.missing().unwrap_or_default().to_string());
+    };
+    let etcd = match Etcd::start(spec, &[]).await {
         Ok(e) => e,
-        Err(e) => return all_failed(spec, scenarios, &format!("starting etcd: {e}")),
+        Err(e) => return fail_all(format!("starting etcd: {e}")),
     };
-    let proxy = match target::start_proxy(&etcd.endpoint()).await {
-        Ok(p) => p,
-        Err(e) => {
-            etcd.stop().await;
-            return all_failed(spec, scenarios, &format!("starting the proxy: {e}"));
+    let mut proxies = Vec::new();
+    for profile in &ctx.profiles {
+        match target::start_proxy(profile, &etcd.endpoint(), &[]).await {
+            Ok(p) => proxies.push((*profile, p)),
+            Err(e) => {
+                etcd.stop().await;
+                return fail_all(format!("starting the proxy: {e}"));
+            }
         }
-    };
-    let scratch = match crate::backend::process::temp_dir("conformance-scratch-") {
+    }
+    let root = match testkit::dirs::temp_dir("conformance-scratch-") {
         Ok(d) => d,
-        Err(e) => return all_failed(spec, scenarios, &e),
+        Err(e) => return fail_all(format!("scratch directory: {e}")),
     };
     let model = if with_model {
         Some(target::start_model(MODEL_SEED).await)
     } else {
         None
     };
+    let mut outcomes = Vec::new();
     for sc in scenarios {
-        let dir = scratch.path().join(sc.snapshot_name());
-        let _ = std::fs::create_dir_all(dir.join("direct"));
-        let _ = std::fs::create_dir_all(dir.join("proxy"));
-        let direct = Place {
-            ctl: spec.version.etcdctl(&etcd.endpoint()),
-            prefix: prefix(sc, TargetKind::Direct),
-            dir: dir.join("direct").display().to_string(),
+        let place = |endpoint: &str, target: TargetKind, lane: Lane| Place {
+            ctl: binaries.etcdctl(endpoint),
+            prefix: prefix(sc, target, lane),
+            dir: scratch(root.path(), sc, target, lane),
         };
-        let through = Place {
-            ctl: spec.version.etcdctl(&proxy.addr()),
-            prefix: prefix(sc, TargetKind::Proxy),
-            dir: dir.join("proxy").display().to_string(),
-        };
-        let d = runner::run(sc, &direct).await;
-        let p = runner::run(sc, &through).await;
+        let d = runner::run(sc, &place(&etcd.endpoint(), TargetKind::Direct, None)).await;
+        let mut through = Vec::new();
+        for (profile, proxy) in &proxies {
+            let p = place(&proxy.addr(), TargetKind::Proxy, Some(*profile));
+            through.push((*profile, runner::run(sc, &p).await));
+        }
         if let Some(model) = &model {
             let m = match (model, &sc.model_unsupported) {
                 (_, Some(_)) => None,
                 (Err(e), None) => Some(Err(format!("starting the model: {e}"))),
                 (Ok(served), None) => {
-                    let _ = std::fs::create_dir_all(dir.join("model"));
-                    let place = Place {
-                        ctl: spec.version.etcdctl(&served.addr()),
-                        prefix: prefix(sc, TargetKind::Model),
-                        dir: dir.join("model").display().to_string(),
-                    };
-                    Some(runner::run(sc, &place).await)
+                    let p = place(&served.addr(), TargetKind::Model, None);
+                    Some(runner::run(sc, &p).await)
                 }
             };
             outcomes.push(judge_model(spec, sc, &d, m));
         }
-        outcomes.extend(judge(spec, sc, ctx, d, p));
+        outcomes.extend(judge(spec, sc, ctx, d, through));
     }
     if let Some(Ok(model)) = model {
         model.stop().await;
     }
-    proxy.stop().await;
+    drop(proxies);
     etcd.stop().await;
     outcomes
 }
@@ -162,82 +203,89 @@ async fn own_lane(
 ) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for sc in scenarios {
-        let scratch = match crate::backend::process::temp_dir("conformance-scratch-") {
+        let root = match testkit::dirs::temp_dir("conformance-scratch-") {
             Ok(d) => d,
             Err(e) => {
-                outcomes.extend(all_failed(spec, &[sc], &e));
+                outcomes.extend(all_failed(
+                    spec,
+                    sc,
+                    ctx,
+                    &format!("scratch directory: {e}"),
+                ));
                 continue;
             }
         };
-        let dir = scratch.path().display().to_string();
-        let (d, p) = tokio::join!(
-            run_on_fresh_etcd(spec, sc, false, format!("{dir}/direct")),
-            run_on_fresh_etcd(spec, sc, true, format!("{dir}/proxy"))
-        );
+        let root = root.path();
+        let direct = run_on_fresh_etcd(spec, sc, None, scratch(root, sc, TargetKind::Direct, None));
+        let through = futures::future::join_all(ctx.profiles.iter().map(|p| async move {
+            let dir = scratch(root, sc, TargetKind::Proxy, Some(*p));
+            (*p, run_on_fresh_etcd(spec, sc, Some(p), dir).await)
+        }));
+        let (d, through) = tokio::join!(direct, through);
         if with_model {
             let m = match &sc.model_unsupported {
                 Some(_) => None,
-                None => Some(run_on_fresh_model(spec, sc, format!("{dir}/model")).await),
+                None => {
+                    let dir = scratch(root, sc, TargetKind::Model, None);
+                    Some(run_on_fresh_model(spec, sc, dir).await)
+                }
             };
             outcomes.push(judge_model(spec, sc, &d, m));
         }
-        outcomes.extend(judge(spec, sc, ctx, d, p));
+        outcomes.extend(judge(spec, sc, ctx, d, through));
     }
     outcomes
 }
 
+/// Runs `sc` on a fresh etcd of its own, directly or (with a profile) through a proxy of its own.
 async fn run_on_fresh_etcd(
     spec: &Spec,
     sc: &Scenario,
-    through_proxy: bool,
+    profile: Option<&Profile>,
     dir: String,
 ) -> Result<Transcript, String> {
-    let _ = std::fs::create_dir_all(&dir);
-    let etcd = Etcd::start(spec)
+    let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
+    let etcd = Etcd::start(spec, &[])
         .await
         .map_err(|e| format!("starting etcd: {e}"))?;
-    let proxy = if through_proxy {
-        match target::start_proxy(&etcd.endpoint()).await {
-            Ok(p) => Some(p),
+    let proxy = match profile {
+        Some(p) => match target::start_proxy(p, &etcd.endpoint(), &[]).await {
+            Ok(proxy) => Some(proxy),
             Err(e) => {
                 etcd.stop().await;
                 return Err(format!("starting the proxy: {e}"));
             }
-        }
-    } else {
-        None
+        },
+        None => None,
     };
-    let endpoint = proxy.as_ref().map(|p| p.addr()).unwrap_or(etcd.endpoint());
-    let target = if through_proxy {
+    let endpoint = proxy.as_ref().map_or_else(|| etcd.endpoint(), |p| p.addr());
+    let target = if profile.is_some() {
         TargetKind::Proxy
     } else {
         TargetKind::Direct
     };
     let place = Place {
-        ctl: spec.version.etcdctl(&endpoint),
-        prefix: prefix(sc, target),
+        ctl: binaries.etcdctl(&endpoint),
+        prefix: prefix(sc, target, profile.copied()),
         dir,
     };
-    let result = runner::run(sc, &place).await;
-    let result = match result {
+    let result = match runner::run(sc, &place).await {
         Err(e) => Err(format!("{e}\netcd log tail:\n{}", etcd.log_tail().await)),
         ok => ok,
     };
-    if let Some(p) = proxy {
-        p.stop().await;
-    }
+    drop(proxy);
     etcd.stop().await;
     result
 }
 
 async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<Transcript, String> {
-    let _ = std::fs::create_dir_all(&dir);
+    let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
     let model = target::start_model(MODEL_SEED)
         .await
         .map_err(|e| format!("starting the model: {e}"))?;
     let place = Place {
-        ctl: spec.version.etcdctl(&model.addr()),
-        prefix: prefix(sc, TargetKind::Model),
+        ctl: binaries.etcdctl(&model.addr()),
+        prefix: prefix(sc, TargetKind::Model, None),
         dir,
     };
     let result = runner::run(sc, &place).await;
@@ -245,74 +293,91 @@ async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<T
     result
 }
 
-fn outcome(spec: &Spec, sc: &Scenario, target: TargetKind, status: Status) -> Outcome {
+fn outcome(
+    spec: &Spec,
+    sc: &Scenario,
+    target: TargetKind,
+    profile: Lane,
+    status: Status,
+) -> Outcome {
     Outcome {
         scenario: sc.id.clone(),
         target,
-        backend: spec.kind,
-        version: spec.version.name,
+        profile: profile.map(|p| p.name),
+        backend: spec.backend,
+        version: spec.version,
         status,
     }
 }
 
-fn all_failed(spec: &Spec, scenarios: &[&Scenario], why: &str) -> Vec<Outcome> {
-    scenarios
-        .iter()
-        .flat_map(|sc| {
-            [TargetKind::Direct, TargetKind::Proxy]
-                .map(|t| outcome(spec, sc, t, Status::Failed(why.to_string())))
-        })
-        .collect()
+/// `direct` and every profile failed for the same reason.
+fn all_failed(spec: &Spec, sc: &Scenario, ctx: &Context, why: &str) -> Vec<Outcome> {
+    for_each_lane(ctx, |lane| {
+        let target = if lane.is_some() {
+            TargetKind::Proxy
+        } else {
+            TargetKind::Direct
+        };
+        outcome(spec, sc, target, lane, Status::Failed(why.to_string()))
+    })
 }
 
-/// direct vs its snapshot; proxy vs direct (or vs the differences file).
+/// direct vs its snapshot; the proxy under each profile vs direct (or vs the differences file).
 fn judge(
     spec: &Spec,
     sc: &Scenario,
     ctx: &Context,
     direct: Result<Transcript, String>,
-    proxy: Result<Transcript, String>,
+    through: Vec<(Profile, Result<Transcript, String>)>,
 ) -> Vec<Outcome> {
+    let version = spec.version.name();
     let direct_status = match &direct {
         Err(e) => Status::Failed(format!("could not be carried out on direct: {e}")),
-        Ok(t) => match check_snapshot(&ctx.snapshots, spec.version.name, sc, t) {
+        Ok(t) => match check_snapshot(&ctx.snapshots, version, sc, t) {
             Ok(()) => Status::Passed,
             Err(e) => Status::Failed(e),
         },
     };
-    let proxy_status = match (&direct, &proxy) {
-        (_, Err(e)) => Status::Failed(format!("could not be carried out through the proxy: {e}")),
-        (Err(_), Ok(_)) => {
-            Status::Failed("direct failed, so there is nothing to compare with".into())
-        }
-        (Ok(d), Ok(p)) => {
-            let listed = ctx
-                .differences
-                .get(&format!("{}@{}", sc.id, spec.version.name))
-                .or_else(|| ctx.differences.get(&sc.id));
-            match (d == p, listed) {
-                (true, None) => Status::Passed,
-                (false, None) => Status::Failed(format!(
-                    "the proxy's answers differ from etcd's (- direct, + proxy):\n{}",
-                    transcript_diff(d, p)
-                )),
-                (false, Some(reason)) => Status::Skipped(format!("listed difference: {reason}")),
-                // An intermittent defect may not show in a run: not a failure, but the report says so.
-                (true, Some(_)) => {
-                    eprintln!(
-                        "note: {} is listed in differences.txt but answered like etcd on {}",
-                        sc.id,
-                        spec.label()
-                    );
-                    Status::Passed
+    let mut outcomes = vec![outcome(spec, sc, TargetKind::Direct, None, direct_status)];
+    for (profile, proxy) in through {
+        let status = match (&direct, &proxy) {
+            (_, Err(e)) => {
+                Status::Failed(format!("could not be carried out through the proxy: {e}"))
+            }
+            (Err(_), Ok(_)) => {
+                Status::Failed("direct failed, so there is nothing to compare with".into())
+            }
+            (Ok(d), Ok(p)) => {
+                let listed = ctx
+                    .differences
+                    .get(&format!("{}@{version}", sc.id))
+                    .or_else(|| ctx.differences.get(&sc.id));
+                match (d == p, listed) {
+                    (true, None) => Status::Passed,
+                    (false, None) => Status::Failed(format!(
+                        "the proxy's answers ({} profile) differ from etcd's (- direct, + proxy):\n{}",
+                        profile.name,
+                        transcript_diff(d, p)
+                    )),
+                    (false, Some(reason)) => {
+                        Status::Skipped(format!("listed difference: {reason}"))
+                    }
+                    // An intermittent defect may not show in a run: not a failure, but the report says so.
+                    (true, Some(_)) => {
+                        eprintln!(
+                            "note: {} is listed in differences.txt but answered like etcd on {} ({} profile)",
+                            sc.id,
+                            spec.label(),
+                            profile.name
+                        );
+                        Status::Passed
+                    }
                 }
             }
-        }
-    };
-    vec![
-        outcome(spec, sc, TargetKind::Direct, direct_status),
-        outcome(spec, sc, TargetKind::Proxy, proxy_status),
-    ]
+        };
+        outcomes.push(outcome(spec, sc, TargetKind::Proxy, Some(profile), status));
+    }
+    outcomes
 }
 
 /// Checks `direct`'s transcript against `snapshots/etcd-<version>/<area>__<name>.snap` with insta. A missing or

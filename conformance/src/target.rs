@@ -1,13 +1,15 @@
-//! The three things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy, in this
-//! process, bound through `proxy::net::TokioNet` on a free loopback port, in front of that etcd) and `model`
-//! (the simulation's model etcd served over loopback TCP).
+//! The three things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy binary in front
+//! of that etcd, once per flag profile) and `model` (the simulation's model etcd served over loopback TCP, in this
+//! process).
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
+use testkit::ProxyProcess;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use crate::profile::Profile;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TargetKind {
@@ -26,7 +28,7 @@ impl fmt::Display for TargetKind {
     }
 }
 
-/// A server task of this process (the proxy or the model) with a shutdown signal. Dropping it signals
+/// A server task of this process (the model) with a shutdown signal. Dropping it signals
 /// shutdown; [`Served::stop`] also waits for the task to end.
 pub struct Served {
     addr: SocketAddr,
@@ -57,74 +59,22 @@ impl Drop for Served {
     }
 }
 
-/// Starts the proxy in front of `etcd_endpoint` on a free loopback port, on a thread of its own with its own
-/// runtime (a runtime of its own keeps it apart from etcdctl plumbing).
-pub async fn start_proxy(etcd_endpoint: &str) -> Result<Served, String> {
-    start_proxy_with(etcd_endpoint, |_| {}).await
-}
-
-/// Like [`start_proxy`], with the configuration (etcd's defaults) adjusted by `adjust` first, as a flag would.
-pub async fn start_proxy_with(
+/// Starts the proxy's release binary (what users run) in front of `etcd_endpoint` with `profile`'s flags and
+/// then `extra` (a case's own flags, e.g. a smaller `--max-send-bytes`), on a free loopback port.
+pub async fn start_proxy(
+    profile: &Profile,
     etcd_endpoint: &str,
-    adjust: impl FnOnce(&mut proxy::Config),
-) -> Result<Served, String> {
-    let endpoint = proxy::Endpoint::parse(etcd_endpoint)?;
-    let listen: SocketAddr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
-    // A fixed seed: with one endpoint the choice is moot, and a fixed seed keeps runs reproducible.
-    let mut config = proxy::Config::new(vec![endpoint], listen, 4);
-    adjust(&mut config);
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let (addr_tx, addr_rx) = oneshot::channel::<Result<SocketAddr, String>>();
-    let (done_tx, done_rx) = oneshot::channel::<()>();
-    std::thread::Builder::new()
-        .name("conformance-proxy".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = addr_tx.send(Err(format!("proxy runtime: {e}")));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                let bound =
-                    match proxy::BoundProxy::bind(config, Arc::new(proxy::net::TokioNet)).await {
-                        Ok(b) => b,
-                        Err(e) => {
-                            let _ = addr_tx.send(Err(format!("bind the proxy: {e}")));
-                            return;
-                        }
-                    };
-                let addr = bound.local_addr();
-                let _ = addr_tx.send(Ok(addr));
-                let shutdown = async {
-                    let _ = stop_rx.await;
-                };
-                if let Err(e) = bound.serve(shutdown).await {
-                    eprintln!("conformance: the proxy at {addr} stopped with an error: {e}");
-                }
-            });
-            let _ = done_tx.send(());
-        })
-        .map_err(|e| format!("proxy thread: {e}"))?;
-    let addr = addr_rx
+    extra: &[&str],
+) -> Result<ProxyProcess, String> {
+    let bin = testkit::proxy::binary()?;
+    let flags: Vec<&str> = profile.flags.iter().chain(extra).copied().collect();
+    ProxyProcess::start(&bin, &[etcd_endpoint.to_string()], &flags)
         .await
-        .map_err(|_| "the proxy thread ended early".to_string())??;
-    let task = tokio::spawn(async move {
-        let _ = done_rx.await;
-    });
-    Ok(Served {
-        addr,
-        stop: Some(stop_tx),
-        task: Some(task),
-    })
+        .map_err(|e| format!("the proxy ({} profile): {e}", profile.name))
 }
 
 /// Serves a fresh one-member model etcd of the simulation (`sim::model`) on a free loopback port, through
-/// `proxy::net::TokioNet`, on a thread of its own (like the proxy). The seed fixes its IDs.
+/// `proxy::net::TokioNet`, on a thread of its own with its own runtime. The seed fixes its IDs.
 pub async fn start_model(seed: u64) -> Result<Served, String> {
     use proxy::net::Net as _;
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

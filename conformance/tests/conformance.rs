@@ -1,14 +1,20 @@
 //! `cargo test -p conformance [-- FILTER...]`: replays every scenario of `testdata/conformance` on every
-//! backend and etcd version found here, prints the report table, and fails on any failure. A missing backend
+//! backend and etcd version found here, directly and through the proxy binary under every flag profile
+//! (`CONFORMANCE_PROFILES=a,b` selects some), prints the report table, and fails on any failure. A missing backend
 //! is a skip with a message naming the script that installs it, and a failure under `CI=true`.
 
 use std::path::PathBuf;
 
-use conformance::backend;
+use conformance::profile;
 use conformance::report::{self, Outcome, Status};
 use conformance::scenario;
 use conformance::suite::{self, Context};
 use conformance::target::TargetKind;
+use futures::StreamExt as _;
+use testkit::{Backend, Spec};
+
+/// How many backend-and-version groups run at once.
+const GROUPS_AT_ONCE: usize = 3;
 
 fn main() {
     let filters: Vec<String> = std::env::args()
@@ -37,12 +43,13 @@ async fn run(filters: Vec<String>) -> bool {
     }
     let differences = conformance::differences::load(&root.join("differences.txt"))
         .unwrap_or_else(|e| panic!("loading differences: {e}"));
+    let profiles = profile::selected().unwrap_or_else(|e| panic!("{e}"));
     let ctx = Context {
         snapshots: root.join("snapshots"),
         differences,
+        profiles,
     };
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let specs = backend::discover().await;
+    let specs = testkit::etcd::discover().await;
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut runs = Vec::new();
     // The model runs once, next to the newest etcd available as a process: its answers are compared with that
@@ -50,24 +57,30 @@ async fn run(filters: Vec<String>) -> bool {
     let model_spec = specs
         .iter()
         .rev()
-        .find(|s| s.kind == backend::Kind::Process && s.missing.is_none())
-        .map(|s| s.label());
+        .find(|s| s.backend == Backend::Process && s.missing().is_none())
+        .map(Spec::label);
     for spec in &specs {
-        match &spec.missing {
+        match spec.missing() {
             Some(why) => {
-                let status = if ci {
+                let status = if testkit::ci() {
                     Status::Failed(format!("backend missing under CI=true: {why}"))
                 } else {
                     eprintln!("SKIPPED {}: {why}", spec.label());
                     Status::Skipped(format!("backend missing: {why}"))
                 };
                 for sc in &scenarios {
-                    for target in [TargetKind::Direct, TargetKind::Proxy] {
+                    let lanes = std::iter::once((TargetKind::Direct, None)).chain(
+                        ctx.profiles
+                            .iter()
+                            .map(|p| (TargetKind::Proxy, Some(p.name))),
+                    );
+                    for (target, profile) in lanes {
                         outcomes.push(Outcome {
                             scenario: sc.id.clone(),
                             target,
-                            backend: spec.kind,
-                            version: spec.version.name,
+                            profile,
+                            backend: spec.backend,
+                            version: spec.version,
                             status: status.clone(),
                         });
                     }
@@ -82,16 +95,22 @@ async fn run(filters: Vec<String>) -> bool {
         }
     }
     eprintln!(
-        "conformance: {} scenarios on {} backend(s)",
+        "conformance: {} scenarios on {} backend(s) and version(s), through the proxy binary under {} profile(s)",
         scenarios.len(),
-        runs.len()
+        runs.len(),
+        ctx.profiles.len()
     );
-    for group in futures::future::join_all(runs).await {
-        outcomes.extend(group);
-    }
+    // Groups run a few at a time: each runs two lanes of etcdctl processes, and a 2-core machine running every
+    // group at once slows etcd's answers towards etcdctl's timeouts.
+    let groups: Vec<Vec<Outcome>> = futures::stream::iter(runs)
+        .buffer_unordered(GROUPS_AT_ONCE)
+        .collect()
+        .await;
+    outcomes.extend(groups.into_iter().flatten());
     outcomes.sort_by(|a, b| {
-        (a.target, a.backend, a.version, &a.scenario).cmp(&(
+        (a.target, a.profile, a.backend, a.version, &a.scenario).cmp(&(
             b.target,
+            b.profile,
             b.backend,
             b.version,
             &b.scenario,

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use conformance::backend::{self, Etcd, Kind, Spec};
-use conformance::target;
+use testkit::{Backend, Etcd, Spec};
+
+use conformance::{profile, target};
 use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, LeaseKeepAliveStream,
     LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
@@ -274,51 +275,59 @@ async fn lease_keep_alives(c: &mut Client, log: &mut Log) -> Result<(), etcd_cli
 }
 
 async fn compare_on(spec: &Spec) {
-    let etcd = Etcd::start(spec)
+    let etcd = Etcd::start(spec, &[])
         .await
         .unwrap_or_else(|e| panic!("{}: {e}", spec.label()));
-    let proxy = target::start_proxy(&etcd.endpoint())
-        .await
-        .expect("start the proxy");
     let direct = core_scenarios(&etcd.endpoint(), "/ec/direct/").await;
-    let through = core_scenarios(&proxy.addr(), "/ec/proxy/").await;
-    proxy.stop().await;
+    let direct = direct.unwrap_or_else(|e| panic!("{} direct: {e}", spec.label()));
+    assert!(
+        direct.len() > 20,
+        "the transcript is too short to mean anything: {direct:#?}"
+    );
+    for p in profile::selected().unwrap_or_else(|e| panic!("{e}")) {
+        let proxy = target::start_proxy(&p, &etcd.endpoint(), &[])
+            .await
+            .expect("start the proxy");
+        let prefix = format!("/ec/proxy-{}/", p.name);
+        let through = core_scenarios(&proxy.addr(), &prefix).await;
+        drop(proxy);
+        let through = through.unwrap_or_else(|e| {
+            panic!(
+                "{} through the proxy ({} profile): {e}",
+                spec.label(),
+                p.name
+            )
+        });
+        assert_eq!(
+            direct, through,
+            "etcd-client answers through the proxy ({} profile) differ from etcd {}",
+            p.name, spec.version
+        );
+    }
+    etcd.stop().await;
     let model = target::start_model(MODEL_SEED)
         .await
         .expect("start the model");
     let on_model = core_scenarios(&model.addr(), "/ec/model/").await;
     model.stop().await;
-    etcd.stop().await;
-    let direct = direct.unwrap_or_else(|e| panic!("{} direct: {e}", spec.label()));
-    let through = through.unwrap_or_else(|e| panic!("{} through the proxy: {e}", spec.label()));
-    assert!(
-        direct.len() > 20,
-        "the transcript is too short to mean anything: {direct:#?}"
-    );
-    assert_eq!(
-        direct, through,
-        "etcd-client answers through the proxy differ from etcd {}",
-        spec.version.name
-    );
     let on_model = on_model.unwrap_or_else(|e| panic!("{} on the model: {e}", spec.label()));
     assert_eq!(
         direct, on_model,
         "etcd-client answers from the sim's model etcd differ from etcd {}",
-        spec.version.name
+        spec.version
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_sees_the_same_answers_through_the_proxy_as_from_etcd() {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let mut ran = 0;
-    for spec in backend::discover()
+    for spec in testkit::etcd::discover()
         .await
         .iter()
-        .filter(|s| s.kind == Kind::Process)
+        .filter(|s| s.backend == Backend::Process)
     {
-        match &spec.missing {
-            Some(why) if ci => panic!("{} missing under CI=true: {why}", spec.label()),
+        match spec.missing() {
+            Some(why) if testkit::ci() => panic!("{} missing under CI=true: {why}", spec.label()),
             Some(why) => eprintln!("SKIPPED {}: {why}", spec.label()),
             None => {
                 compare_on(spec).await;

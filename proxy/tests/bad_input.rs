@@ -4,8 +4,9 @@
 
 mod support;
 
-use support::net::{BusyPort, free_port};
+use support::net::BusyPort;
 use support::proxy::{Exited, try_start};
+use testkit::free_port;
 
 /// Asserts a clean failure: a non-zero exit code (not a signal), no panic, and a stderr line
 /// containing every one of `needles` (case-insensitive). Returns that line.

@@ -13,7 +13,7 @@ use proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use proto::etcdserverpb::{MoveLeaderRequest, PutRequest, RangeRequest, StatusRequest};
 use support::grpc::{channel, status};
 use support::metrics;
-use support::{EtcdCluster, Proxy, wait_for};
+use testkit::{Binaries, EtcdCluster, wait_for};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -241,9 +241,9 @@ async fn place_leader(cluster: &EtcdCluster, target: usize, away: bool) {
 /// them running until 200 more reads succeeded, restarts the member and waits until the proxy
 /// sees it up again. With `kill_leader`, that member is made raft leader first (the cluster
 /// then has no leader until the survivors elect one), otherwise leadership is moved away.
-async fn failover_scenario(kill_leader: bool, prefix: &'static str) {
-    let mut cluster = EtcdCluster::start(3).await;
-    let proxy = Proxy::start(&cluster.endpoints(), &[]).await;
+async fn failover_scenario(binaries: &Binaries, kill_leader: bool, prefix: &'static str) {
+    let mut cluster = support::cluster(binaries, 3, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &[]).await;
     let active = wait_for("an active upstream in /metrics", CALL_TIMEOUT, || async {
         let m = proxy.metrics().await;
         metrics::active_endpoint(&m).ok_or(m)
@@ -332,7 +332,10 @@ async fn failover_scenario(kill_leader: bool, prefix: &'static str) {
     )
     .await;
 
-    cluster.restart(victim).await;
+    cluster
+        .restart(victim)
+        .await
+        .unwrap_or_else(|e| panic!("restart member {victim}: {e}"));
     wait_for(
         "the restarted member to show up again in /metrics",
         PHASE_TIMEOUT,
@@ -386,32 +389,32 @@ async fn failover_scenario(kill_leader: bool, prefix: &'static str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_active_follower_fails_over_without_failed_reads() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    failover_scenario(false, "fo-follower/").await;
+    };
+    failover_scenario(&binaries, false, "fo-follower/").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_active_leader_fails_over_without_failed_reads() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    failover_scenario(true, "fo-leader/").await;
+    };
+    failover_scenario(&binaries, true, "fo-leader/").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_first_endpoint_never_fails_reads_or_writes() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let cluster = EtcdCluster::start(1).await;
-    let dead = format!("127.0.0.1:{}", support::net::free_port());
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let dead = format!("127.0.0.1:{}", testkit::free_port());
     let endpoints = vec![dead.clone(), cluster.endpoint(0)];
     // The starting endpoint is drawn from the seed; try several so the dead one is drawn.
     let mut dead_one_tried = 0;
     for seed in 0..6 {
-        let proxy = Proxy::start(&endpoints, &[&format!("--seed={seed}")]).await;
+        let proxy = support::proxy::start(&endpoints, &[&format!("--seed={seed}")]).await;
         let mut kv = KvClient::new(channel(&proxy.addr()).await);
         for i in 0..30 {
             let key = format!("dead-first/{seed}/{i}");

@@ -9,17 +9,17 @@ use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::{PutRequest, RangeRequest};
 use support::grpc::channel;
 use support::metrics;
-use support::{EtcdCluster, Proxy, wait_for};
+use testkit::wait_for;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_true_and_metrics_count_calls_and_show_the_upstream() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let (code, body) = proxy.health().await.expect("GET /health");
     assert_eq!(
         (code, body.trim()),
@@ -85,11 +85,11 @@ async fn health_is_true_and_metrics_count_calls_and_show_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_turns_503_while_no_endpoint_works_and_200_again_after() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let mut etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let mut etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     etcd.kill(0);
     let body = wait_for("/health to answer 503", TIMEOUT, || async {
         match proxy.health().await {
@@ -100,7 +100,9 @@ async fn health_turns_503_while_no_endpoint_works_and_200_again_after() {
     .await;
     assert!(body.contains(r#""health":"false""#), "{body}");
 
-    etcd.restart(0).await;
+    etcd.restart(0)
+        .await
+        .unwrap_or_else(|e| panic!("restart etcd: {e}"));
     wait_for("/health to answer 200 again", TIMEOUT, || async {
         match proxy.health().await {
             Ok((200, body)) if body.contains(r#""health":"true""#) => Ok(()),

@@ -7,24 +7,16 @@ use std::time::Duration;
 
 use proto::etcdserverpb::lease_client::LeaseClient;
 use proto::etcdserverpb::{LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest};
-use support::{EtcdCluster, Proxy};
+use support::grpc::channel;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap()
-}
-
 /// etcd's own count of LeaseKeepAlive streams it has started (from its /metrics).
 async fn etcd_keepalive_streams_started(etcd: &str) -> u64 {
-    let (_, body) = support::net::http_get(etcd, "/metrics")
+    let (_, body) = testkit::http::get(etcd, "/metrics")
         .await
         .expect("etcd /metrics");
     body.lines()
@@ -72,13 +64,13 @@ async fn keep_alive_rounds(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_client_streams_make_one_upstream_stream_and_all_get_answers() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
+    };
     const STREAMS: usize = 200;
     const ROUNDS: usize = 3;
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let before = etcd_keepalive_streams_started(&etcd.endpoint(0)).await;
 
     let through_proxy = channel(&proxy.addr()).await;
@@ -130,12 +122,12 @@ async fn two_hundred_client_streams_make_one_upstream_stream_and_all_get_answers
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_client_stops_expires_within_its_ttl() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
+    };
     const TTL: i64 = 3;
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let through_proxy = channel(&proxy.addr()).await;
     let direct = channel(&etcd.endpoint(0)).await;
     let lease = LeaseClient::new(through_proxy.clone())

@@ -15,7 +15,6 @@ use proto::etcdserverpb::{
 };
 use std::time::Duration;
 use support::grpc::{channel, status, with_meta};
-use support::{EtcdCluster, Proxy};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -60,11 +59,11 @@ async fn keep_alive_once(addr: &str, id: i64) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_keepalive_half_close_gets_one_answer_then_clean_end_like_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let mut lease = LeaseClient::new(channel(&etcd.endpoint(0)).await);
     let id = lease
         .lease_grant(LeaseGrantRequest { ttl: 60, id: 0 })
@@ -85,11 +84,11 @@ async fn lease_keepalive_half_close_gets_one_answer_then_clean_end_like_etcd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_over_max_recv_bytes_is_resource_exhausted_and_proxy_keeps_serving() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(
         &etcd.endpoints(),
         // Like etcd's grpc-proxy, the proxy refuses a recv limit below the send limit.
         &["--max-recv-bytes=1024", "--max-send-bytes=1024"],
@@ -150,15 +149,16 @@ async fn request_over_max_recv_bytes_is_resource_exhausted_and_proxy_keeps_servi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_token_metadata_reaches_etcd_and_errors_match_direct() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let ep = etcd.endpoint(0);
-    support::ctl::etcdctl_ok(&ep, &["put", "k", "v"]).await;
-    support::ctl::etcdctl_ok(&ep, &["user", "add", "root:rootpw"]).await;
-    support::ctl::etcdctl_ok(&ep, &["auth", "enable"]).await;
+    let ctl = etcd.etcdctl(0);
+    ctl.ok(&["put", "k", "v"]).await;
+    ctl.ok(&["user", "add", "root:rootpw"]).await;
+    ctl.ok(&["auth", "enable"]).await;
 
     let range = || RangeRequest {
         key: b"k".to_vec(),
@@ -229,11 +229,11 @@ async fn auth_token_metadata_reaches_etcd_and_errors_match_direct() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_with_hasleader_metadata_works_through_proxy() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let mut watch = WatchClient::new(channel(&proxy.addr()).await);
     let (tx, rx) = mpsc::channel(4);
     tx.send(create_hl_watch()).await.expect("queue create");
@@ -276,11 +276,11 @@ async fn watch_with_hasleader_metadata_works_through_proxy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_status_codes_and_messages_pass_unchanged() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let ep = etcd.endpoint(0);
     let mut direct = KvClient::new(channel(&ep).await);
     let mut via_proxy = KvClient::new(channel(&proxy.addr()).await);
@@ -434,11 +434,11 @@ async fn open_requiring_leader(addr: &str) -> Vec<Result<(), String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_and_calls_that_require_a_leader_are_refused_as_etcd_refuses_them_when_there_is_none()
  {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let mut etcd = EtcdCluster::start(3).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let mut etcd = support::cluster(&binaries, 3, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     assert_eq!(
         open_requiring_leader(&proxy.addr()).await,
         vec![Ok(()), Ok(())],
@@ -448,7 +448,7 @@ async fn streams_and_calls_that_require_a_leader_are_refused_as_etcd_refuses_the
     etcd.kill(1);
     etcd.kill(2);
     let survivor = etcd.endpoint(0);
-    support::wait_for("the survivor to report no leader", READ_TIMEOUT, || {
+    testkit::wait_for("the survivor to report no leader", READ_TIMEOUT, || {
         let survivor = survivor.clone();
         async move {
             let mut maintenance = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(

@@ -230,10 +230,10 @@ async fn kv_and_txn(endpoint: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_txn_and_compaction_results_match_direct_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let p = Pair::start(&[]).await;
+    };
+    let p = Pair::start(&binaries, &[]).await;
     let a = kv_and_txn(&p.direct).await;
     let b = kv_and_txn(&p.other).await;
     p.assert_same("kv and txn", &a, &b);
@@ -346,10 +346,10 @@ async fn watch(endpoint: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_events_match_direct_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let p = Pair::start(&[]).await;
+    };
+    let p = Pair::start(&binaries, &[]).await;
     let a = watch(&p.direct).await;
     let b = watch(&p.other).await;
     p.assert_same("watch", &a, &b);
@@ -427,10 +427,10 @@ async fn leases(endpoint: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_grant_keepalive_ttl_and_revoke_match_direct_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let p = Pair::start(&[]).await;
+    };
+    let p = Pair::start(&binaries, &[]).await;
     let a = leases(&p.direct).await;
     let b = leases(&p.other).await;
     p.assert_same("leases", &a, &b);
@@ -459,7 +459,7 @@ async fn lock_and_election(endpoint: &str) -> Vec<String> {
             .await
             .map(|r| r.key().to_vec())
     });
-    support::wait_for("the second locker to queue", CALL_TIMEOUT, || {
+    testkit::wait_for("the second locker to queue", CALL_TIMEOUT, || {
         let mut c = c.clone();
         async move {
             let r = c
@@ -539,10 +539,10 @@ async fn lock_and_election(endpoint: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_and_election_match_direct_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let p = Pair::start(&[]).await;
+    };
+    let p = Pair::start(&binaries, &[]).await;
     let a = lock_and_election(&p.direct).await;
     let b = lock_and_election(&p.other).await;
     p.assert_same("lock and election", &a, &b);
@@ -596,10 +596,10 @@ async fn cluster_and_status(endpoint: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_list_and_status_match_direct_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let p = Pair::start(&[]).await;
+    };
+    let p = Pair::start(&binaries, &[]).await;
     let a = cluster_and_status(&p.direct).await;
     let b = cluster_and_status(&p.other).await;
     p.assert_same("member list and status", &a, &b);
@@ -665,10 +665,10 @@ async fn auth(endpoint: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_with_authenticated_clients_matches_direct_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let p = Pair::start(&[]).await;
+    };
+    let p = Pair::start(&binaries, &[]).await;
     let a = auth(&p.direct).await;
     let b = auth(&p.other).await;
     p.assert_same("auth", &a, &b);

@@ -15,7 +15,8 @@ use proto::etcdserverpb::{
     WatchCreateRequest, WatchRequest,
 };
 use support::grpc::channel;
-use support::{EtcdCluster, Proxy, metrics, wait_for};
+use support::metrics;
+use testkit::{EtcdCluster, ProxyProcess, wait_for};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -48,7 +49,7 @@ async fn put_until_accepted(channel: &Channel, key: &str, value: String) -> i64 
 }
 
 /// Index of the member the proxy uses now.
-async fn active_member(proxy: &Proxy, etcd: &EtcdCluster) -> usize {
+async fn active_member(proxy: &ProxyProcess, etcd: &EtcdCluster) -> usize {
     let active = metrics::active_endpoint(&proxy.metrics().await).expect("an active endpoint");
     (0..etcd.len())
         .find(|&i| etcd.endpoint(i) == active)
@@ -57,11 +58,11 @@ async fn active_member(proxy: &Proxy, etcd: &EtcdCluster) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_and_keepalives_survive_the_death_of_the_active_member() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let mut etcd = EtcdCluster::start(3).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let mut etcd = support::cluster(&binaries, 3, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let through_proxy = channel(&proxy.addr()).await;
     let active = active_member(&proxy, &etcd).await;
     let writer = channel(&etcd.endpoint((active + 1) % 3)).await;

@@ -15,9 +15,7 @@ use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::{
     AuthenticateRequest, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
-use support::ctl::etcdctl_ok;
 use support::grpc::{channel, with_meta};
-use support::{EtcdCluster, Proxy};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -122,10 +120,10 @@ async fn next(responses: &mut Streaming<WatchResponse>) -> WatchResponse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start_with_args(1, &["--auth-token-ttl=2"]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &["--auth-token-ttl=2"]).await;
     let ep = etcd.endpoint(0);
     for args in [
         &["user", "add", "root:rootpw"][..],
@@ -135,9 +133,9 @@ async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
         &["user", "grant-role", "reader", "readk"],
         &["auth", "enable"],
     ] {
-        etcdctl_ok(&ep, args).await;
+        etcd.etcdctl(0).ok(args).await;
     }
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let addr = proxy.addr();
 
     let first = token(&addr, "reader", "readerpw").await;
@@ -194,10 +192,10 @@ async fn a_fresh_token_can_watch_after_another_callers_token_expired() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_token() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let mut etcd = EtcdCluster::start_with_args(1, &["--auth-token-ttl=2"]).await;
+    };
+    let mut etcd = support::cluster(&binaries, 1, &["--auth-token-ttl=2"]).await;
     let ep = etcd.endpoint(0);
     for args in [
         &["user", "add", "root:rootpw"][..],
@@ -219,9 +217,9 @@ async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_t
         &["user", "add", "nobody:nobodypw"],
         &["auth", "enable"],
     ] {
-        etcdctl_ok(&ep, args).await;
+        etcd.etcdctl(0).ok(args).await;
     }
-    let proxy = Proxy::start(&etcd.endpoints(), &["--user=proxy:proxypw"]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &["--user=proxy:proxypw"]).await;
     let addr = proxy.addr();
 
     let reader = token(&addr, "reader", "readerpw").await;
@@ -252,7 +250,9 @@ async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_t
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_expired(&ep, &reader).await;
     etcd.kill(0);
-    etcd.restart(0).await;
+    etcd.restart(0)
+        .await
+        .unwrap_or_else(|e| panic!("restart etcd: {e}"));
     let root = token(&ep, "root", "rootpw").await;
     put_as(&ep, &root, "k", "after").await;
     put_as(&ep, &root, "k", "again").await;
@@ -275,7 +275,7 @@ async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_t
         [&b"after"[..], &b"again"[..]],
         "no gap, no duplicate"
     );
-    let metrics = support::net::http_get(&addr, "/metrics").await.unwrap().1;
+    let metrics = proxy.metrics().await;
     let tokens = support::metrics::value(
         &metrics,
         "etcd_grpc_proxy_watch_identity_authentications_total",
@@ -299,15 +299,15 @@ async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_user_etcd_refuses_ends_watchers_with_etcds_reason() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
     let ep = etcd.endpoint(0);
     for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
-        etcdctl_ok(&ep, args).await;
+        etcd.etcdctl(0).ok(args).await;
     }
-    let proxy = Proxy::start(&etcd.endpoints(), &["--user=root:wrong"]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &["--user=root:wrong"]).await;
     let root = token(&ep, "root", "rootpw").await;
     let (_keep, _stream, answer) = watch_with(&proxy.addr(), &root, "k").await;
     assert!(answer.canceled, "{answer:?}");

@@ -12,7 +12,7 @@ use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::{
     PutRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
 };
-use support::{EtcdCluster, Proxy};
+use support::grpc::channel;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,14 +20,6 @@ use tonic::Streaming;
 use tonic::transport::Channel;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap()
-}
 
 fn create(key: &str, watch_id: i64) -> WatchRequest {
     WatchRequest {
@@ -76,7 +68,7 @@ impl WatchStream {
 
 /// etcd's gauge of its watchers (from its /metrics).
 async fn etcd_watchers(etcd: &str) -> i64 {
-    let (_, body) = support::net::http_get(etcd, "/metrics")
+    let (_, body) = testkit::http::get(etcd, "/metrics")
         .await
         .expect("etcd /metrics");
     body.lines()
@@ -102,14 +94,14 @@ async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_watchers_on_one_key_are_one_watcher_on_etcd_and_all_get_every_event() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
+    };
     const STREAMS: usize = 10;
     const PER_STREAM: usize = 100;
     const PUTS: usize = 5;
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let direct = channel(&etcd.endpoint(0)).await;
     let before = etcd_watchers(&etcd.endpoint(0)).await;
 
@@ -135,7 +127,7 @@ async fn a_thousand_watchers_on_one_key_are_one_watcher_on_etcd_and_all_get_ever
             "etcd's ID order"
         );
     }
-    support::wait_for(
+    testkit::wait_for(
         "etcd to hold only the proxy's watchers",
         DEADLINE,
         || async {
@@ -179,11 +171,11 @@ async fn a_thousand_watchers_on_one_key_are_one_watcher_on_etcd_and_all_get_ever
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_keeps_watching_and_progress_and_duplicate_ids_answer_as_etcd() {
-    if !support::etcd_available() {
+    let Some(binaries) = support::etcd() else {
         return;
-    }
-    let etcd = EtcdCluster::start(1).await;
-    let proxy = Proxy::start(&etcd.endpoints(), &[]).await;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let writer = channel(&etcd.endpoint(0)).await;
     let mut transcripts = Vec::new();
     for target in [etcd.endpoint(0), proxy.addr()] {

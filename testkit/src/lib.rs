@@ -1,15 +1,37 @@
-//! Loopback sockets for the harnesses that start real processes: the proxy's integration tests, the conformance
-//! suite and the benchmark.
+//! The one test kit: everything the proxy's integration tests, the conformance suite and the benchmark need to
+//! run real processes. Dev-only; never a dependency of the product.
 //!
-//! - [`ports`]: free loopback ports, outside the kernel's ephemeral range so that no outgoing connection takes one
-//!   between the probe and the process's own bind.
-//! - [`http`]: `GET` over HTTP/1.1 on a fresh connection, for `/health` and Prometheus `/metrics`.
+//! - [`etcd`]: the etcd versions (3.4.23, 3.5.1, 3.5.30) and where they are installed; clusters of member
+//!   processes (kill, SIGSTOP/SIGCONT, restart); containers of a locally imported image; one member of either.
+//! - [`proxy`]: the proxy's release binary, built on first use, started with flags on a free port.
+//! - [`etcdctl`]: the real `etcdctl`, one-shot with a deadline or in the background.
+//! - [`normalize`]: the one set of rules that makes etcdctl output comparable between etcds.
+//! - [`process`]: a child process with a log file, killed by its own PID and on drop.
+//! - [`ports`], [`http`]: free loopback ports outside the kernel's ephemeral range, and a tiny HTTP/1.1 GET.
+//! - [`dirs`], [`wait`]: temporary directories on tmpfs, log tails, and waiting on a condition with a deadline.
 //!
 //! The workspace's clippy.toml bans std and tokio sockets so that the proxy reaches the network only through its
 //! `Net` seam. This crate serves real processes on real ports, never simulated code: the ban is lifted in its
-//! modules, and only there.
+//! socket modules, and only there.
 
+pub mod dirs;
+pub mod etcd;
+pub mod etcdctl;
 pub mod http;
+pub mod normalize;
 pub mod ports;
+pub mod process;
+pub mod proxy;
+pub mod wait;
 
+pub use etcd::{Backend, Binaries, Etcd, EtcdCluster, Spec, Version};
+pub use etcdctl::{Background, Etcdctl, Output};
+pub use normalize::Normalizer;
 pub use ports::{free_port, try_free_port};
+pub use proxy::ProxyProcess;
+pub use wait::{try_wait_for, wait_for};
+
+/// Whether this runs under CI (`CI=true`), where a missing backend or version is a failure, not a skip.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}

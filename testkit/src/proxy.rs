@@ -1,0 +1,155 @@
+//! The proxy binary users run (`etcd-grpc-proxy start ...`) as a child process on a free loopback port.
+//!
+//! [`binary`] builds the release binary once per test process (cargo confirms it is up to date, so a test never
+//! runs a stale proxy) unless `ETCD_GRPC_PROXY_BIN` names one; a test binary of the `proxy` package may pass its
+//! own `CARGO_BIN_EXE_etcd-grpc-proxy` to [`ProxyProcess::start`] instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::process::Process;
+use crate::{dirs, free_port, http};
+
+/// How long the proxy may take to answer `GET /health` with 200 after it was started.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The release build of `etcd-grpc-proxy`, built (or confirmed up to date) by cargo on first use; or the binary
+/// `ETCD_GRPC_PROXY_BIN` names.
+pub fn binary() -> Result<PathBuf, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY.get_or_init(build_release).clone()
+}
+
+fn build_release() -> Result<PathBuf, String> {
+    if let Ok(bin) = std::env::var("ETCD_GRPC_PROXY_BIN") {
+        let bin = PathBuf::from(bin);
+        return if bin.is_file() {
+            Ok(bin)
+        } else {
+            Err(format!(
+                "ETCD_GRPC_PROXY_BIN={} is not a file",
+                bin.display()
+            ))
+        };
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("the testkit crate has no parent directory")?
+        .to_path_buf();
+    let target =
+        std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), PathBuf::from);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "proxy",
+            "--bin",
+            "etcd-grpc-proxy",
+        ])
+        .status()
+        .map_err(|e| format!("run {cargo} build for the proxy: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build --release -p proxy failed: {status}"));
+    }
+    let bin = target.join("release").join("etcd-grpc-proxy");
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} was not built", bin.display()))
+    }
+}
+
+/// A running proxy. Dropping it kills the process; during a panic the tail of its log is printed first.
+pub struct ProxyProcess {
+    addr: String,
+    process: Process,
+    _dir: tempfile::TempDir,
+}
+
+impl ProxyProcess {
+    /// Starts `BIN start --endpoints=E1,E2.. --listen-addr=127.0.0.1:PORT FLAGS..` and waits (with a deadline)
+    /// until `GET /health` answers 200.
+    pub async fn start<S: AsRef<str>>(
+        bin: &Path,
+        endpoints: &[String],
+        flags: &[S],
+    ) -> Result<Self, String> {
+        Self::start_with_env(bin, endpoints, flags, &[]).await
+    }
+
+    /// Like [`ProxyProcess::start`], with environment variables set for it (e.g. `RUST_LOG`).
+    pub async fn start_with_env<S: AsRef<str>>(
+        bin: &Path,
+        endpoints: &[String],
+        flags: &[S],
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let dir = dirs::temp_dir("etcd-grpc-proxy-").map_err(|e| format!("temp dir: {e}"))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("start")
+            .arg(format!("--endpoints={}", endpoints.join(",")))
+            .arg(format!("--listen-addr={addr}"))
+            .args(flags.iter().map(AsRef::as_ref))
+            .envs(env.iter().copied());
+        let mut process = Process::spawn("etcd-grpc-proxy", cmd, &dir.path().join("proxy.log"))?;
+        process
+            .wait_http(&addr, "/health", READY_TIMEOUT, |code, _| code == 200)
+            .await?;
+        Ok(Self {
+            addr,
+            process,
+            _dir: dir,
+        })
+    }
+
+    /// `127.0.0.1:PORT` it listens on (gRPC and HTTP).
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// `GET /metrics`: the Prometheus text; panics unless it answers 200.
+    pub async fn metrics(&self) -> String {
+        match http::get(&self.addr, "/metrics").await {
+            Ok((200, body)) => body,
+            other => panic!("GET /metrics on the proxy: {other:?}"),
+        }
+    }
+
+    /// `GET /health`: status code and body.
+    pub async fn health(&self) -> Result<(u16, String), String> {
+        http::get(&self.addr, "/health").await
+    }
+
+    /// The last `n` lines the proxy printed.
+    pub fn log_tail(&self, n: usize) -> String {
+        self.process.log_tail(n)
+    }
+
+    /// Whether the proxy process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.process.is_running()
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- proxy ({}) output ---\n{}",
+                self.addr,
+                self.log_tail(60)
+            );
+        }
+    }
+}
