@@ -86,6 +86,11 @@ pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, Strin
                     .transpose()
                     .map_err(at)?;
                 let out = place.ctl.run(&args, stdin.as_deref()).await;
+                if out.hung {
+                    return Err(at(format!(
+                        "the command did not end; the harness killed it:\n{out}"
+                    )));
+                }
                 records.push(record(&mut norm, &line.source, &out, None));
             }
             Step::Spawn { name, args } => {
@@ -128,6 +133,12 @@ pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, Strin
                     Finish::Exit => (child.wait_exit().await, None),
                     Finish::KillKeepLines(n) => (child.kill().await, Some(*n)),
                 };
+                // A hang is not an answer to compare: two targets that both hang must not agree.
+                if out.hung {
+                    return Err(at(format!(
+                        "{name} did not end; the harness killed it:\n{out}"
+                    )));
+                }
                 records.push(record(&mut norm, &line.source, &out, keep));
             }
             Step::Until {

@@ -23,6 +23,9 @@ pub struct Output {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// It did not end within the harness's deadline (or grace period after SIGTERM) and was killed: a hang, not
+    /// an answer. A command killed on purpose ([`Background::kill`]) is not hung.
+    pub hung: bool,
 }
 
 impl Output {
@@ -33,7 +36,16 @@ impl Output {
 
 impl fmt::Display for Output {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "exit code: {:?}", self.code)?;
+        writeln!(
+            f,
+            "exit code: {:?}{}",
+            self.code,
+            if self.hung {
+                " (hung: killed by the harness)"
+            } else {
+                ""
+            }
+        )?;
         writeln!(f, "stdout:\n{}", indent(&self.stdout))?;
         write!(f, "stderr:\n{}", indent(&self.stderr))
     }
@@ -109,6 +121,7 @@ impl Etcdctl {
                     code: None,
                     stdout: String::new(),
                     stderr: format!("<harness: cannot spawn {}: {e}>", self.bin.display()),
+                    hung: false,
                 };
             }
         };
@@ -126,11 +139,13 @@ impl Etcdctl {
                 code: out.status.code(),
                 stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
                 stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                hung: false,
             },
             Ok(Err(e)) => Output {
                 code: None,
                 stdout: String::new(),
                 stderr: format!("<harness: waiting for etcdctl failed: {e}>"),
+                hung: false,
             },
             // The dropped future dropped the child, which kill_on_drop killed.
             Err(_) => Output {
@@ -140,6 +155,7 @@ impl Etcdctl {
                     "<harness: `{}` did not finish within {CTL_TIMEOUT:?}>",
                     self.label(args)
                 ),
+                hung: true,
             },
         }
     }
@@ -308,7 +324,8 @@ impl Background {
     }
 
     /// Ends it: SIGTERM (etcdctl then releases locks, resigns elections and closes sessions), SIGKILL if it is
-    /// still running after a grace period (then `code` is `None`); returns what it printed.
+    /// still running after a grace period (then it is `hung`); returns what it printed. A command that dies of
+    /// the SIGTERM itself has no exit `code`.
     pub async fn terminate(mut self) -> Output {
         if let Some(pid) = self.child.id() {
             // `kill -TERM` is given this child's own PID, never a name.
@@ -318,34 +335,32 @@ impl Background {
                 .status()
                 .await;
         }
-        let code = match tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
-            Ok(Ok(status)) => status.code(),
+        match tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
+            Ok(Ok(status)) => self.finish(status.code(), false).await,
             _ => {
                 let _ = self.child.kill().await;
-                None
+                self.finish(None, true).await
             }
-        };
-        self.finish(code).await
+        }
     }
 
-    /// Closes its stdin and waits (at most [`CTL_TIMEOUT`]) for it to exit by itself; kills it after that
-    /// (`code` is then `None`).
+    /// Closes its stdin and waits (at most [`CTL_TIMEOUT`]) for it to exit by itself; kills it after that (it is
+    /// then `hung`).
     pub async fn wait_exit(mut self) -> Output {
         self.stdin = None;
-        let code = match tokio::time::timeout(CTL_TIMEOUT, self.child.wait()).await {
-            Ok(Ok(status)) => status.code(),
+        match tokio::time::timeout(CTL_TIMEOUT, self.child.wait()).await {
+            Ok(Ok(status)) => self.finish(status.code(), false).await,
             _ => {
                 let _ = self.child.kill().await;
-                None
+                self.finish(None, true).await
             }
-        };
-        self.finish(code).await
+        }
     }
 
     /// SIGKILL; returns what it printed (its exit code means nothing then, so it is `None`).
     pub async fn kill(mut self) -> Output {
         let _ = self.child.kill().await;
-        self.finish(None).await
+        self.finish(None, false).await
     }
 
     /// The process has exited, so its pipes reach EOF: wait (bounded) for the collectors to read the rest.
@@ -355,13 +370,14 @@ impl Background {
         }
     }
 
-    async fn finish(mut self, code: Option<i32>) -> Output {
+    async fn finish(mut self, code: Option<i32>, hung: bool) -> Output {
         self.stdin = None;
         self.drain().await;
         Output {
             code,
             stdout: self.stdout(),
             stderr: self.stderr(),
+            hung,
         }
     }
 }

@@ -220,15 +220,13 @@ impl Compare {
             Finish::Exit => (direct.wait_exit().await, other.wait_exit().await, None),
             Finish::KillKeepLines(n) => (direct.kill().await, other.kill().await, Some(n)),
         };
-        // The kit kills a command that outlives its deadline and reports no exit code; that both sides hung
-        // must not pass as both sides agreeing.
-        if keep.is_none() {
-            for (side, out) in [("direct", &a), (self.other.name, &b)] {
-                assert!(
-                    out.code.is_some(),
-                    "`{label}` on {side} did not exit by itself ({how:?}); it was killed:\n{out}"
-                );
-            }
+        // The kit kills a command that outlives its deadline; that both sides hung must not pass as both sides
+        // agreeing.
+        for (side, out) in [("direct", &a), (self.other.name, &b)] {
+            assert!(
+                !out.hung,
+                "`{label}` on {side} did not end ({how:?}); the harness killed it:\n{out}"
+            );
         }
         self.compare(&label, &a, &b, keep)
     }
