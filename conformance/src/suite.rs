@@ -426,38 +426,5 @@ fn render(t: &Transcript) -> String {
 
 /// A line diff of two transcripts (only the changed lines and their neighbours are worth reading).
 pub fn transcript_diff(a: &Transcript, b: &Transcript) -> String {
-    let (ra, rb) = (render(a), render(b));
-    let a: Vec<&str> = ra.lines().collect();
-    let b: Vec<&str> = rb.lines().collect();
-    line_diff(&a, &b)
-}
-
-/// A longest-common-subsequence diff of two line lists: `    ` same, `  - ` only in `a`, `  + ` only in `b`.
-pub fn line_diff(a: &[&str], b: &[&str]) -> String {
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut out = String::new();
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            let _ = writeln!(out, "    {}", a[i]);
-            i += 1;
-            j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            let _ = writeln!(out, "  + {}", b[j]);
-            j += 1;
-        } else {
-            let _ = writeln!(out, "  - {}", a[i]);
-            i += 1;
-        }
-    }
-    out
+    testkit::diff::line_diff(&render(a), &render(b))
 }

@@ -683,9 +683,7 @@ fn compare(who: &str, direct: &[String], other: &Result<Vec<String>, String>) ->
         Err(e) => Some(format!("{who} could not carry out the case: {e}")),
         Ok(lines) if lines == direct => None,
         Ok(lines) => {
-            let a: Vec<&str> = direct.iter().map(String::as_str).collect();
-            let b: Vec<&str> = lines.iter().map(String::as_str).collect();
-            let diff = conformance::suite::line_diff(&a, &b);
+            let diff = testkit::diff::line_diff(&direct.join("\n"), &lines.join("\n"));
             Some(format!(
                 "{who} answers differently (- direct, + {who}):\n{diff}"
             ))

@@ -1,21 +1,11 @@
-//! Checks of the proxy tests' own helpers (no etcd, no proxy): the line diff is readable and
-//! metrics samples are found by name and labels. (The normaliser's rules are checked in
+//! Checks of the proxy tests' own helpers (no etcd, no proxy):
+//! metrics samples are found by name and labels. (The normaliser's rules and the line diff are checked in
 //! `testkit`; the whole comparison end to end by running the passthrough suites with
 //! `PROXY_TESTS_SELF_CHECK=1`, where both sides are direct etcds.)
 
 mod support;
 
-use support::compare::line_diff;
 use support::metrics;
-
-#[test]
-fn line_diff_marks_removed_and_added_lines() {
-    assert_eq!(
-        line_diff("a\nb\nc", "a\nx\nc"),
-        "    a\n  + x\n  - b\n    c"
-    );
-    assert_eq!(line_diff("", ""), "    <empty>");
-}
 
 #[test]
 fn metrics_samples_are_found_by_name_and_labels() {

@@ -326,7 +326,7 @@ impl Background {
     /// Ends it: SIGTERM (etcdctl then releases locks, resigns elections and closes sessions), SIGKILL if it is
     /// still running after a grace period (then it is `hung`); returns what it printed. A command that dies of
     /// the SIGTERM itself has no exit `code`.
-    pub async fn terminate(mut self) -> Output {
+    pub async fn terminate(self) -> Output {
         if let Some(pid) = self.child.id() {
             // `kill -TERM` is given this child's own PID, never a name.
             let _ = Command::new("kill")
@@ -335,20 +335,19 @@ impl Background {
                 .status()
                 .await;
         }
-        match tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
-            Ok(Ok(status)) => self.finish(status.code(), false).await,
-            _ => {
-                let _ = self.child.kill().await;
-                self.finish(None, true).await
-            }
-        }
+        self.end_within(TERM_GRACE).await
     }
 
     /// Closes its stdin and waits (at most [`CTL_TIMEOUT`]) for it to exit by itself; kills it after that (it is
     /// then `hung`).
     pub async fn wait_exit(mut self) -> Output {
         self.stdin = None;
-        match tokio::time::timeout(CTL_TIMEOUT, self.child.wait()).await {
+        self.end_within(CTL_TIMEOUT).await
+    }
+
+    /// Waits up to `limit` for it to exit; SIGKILLs it after that and reports it `hung`.
+    async fn end_within(mut self, limit: Duration) -> Output {
+        match tokio::time::timeout(limit, self.child.wait()).await {
             Ok(Ok(status)) => self.finish(status.code(), false).await,
             _ => {
                 let _ = self.child.kill().await;

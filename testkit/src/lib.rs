@@ -9,11 +9,13 @@
 //! - [`process`]: a child process with a log file, killed by its own PID and on drop.
 //! - [`ports`], [`http`]: free loopback ports outside the kernel's ephemeral range, and a tiny HTTP/1.1 GET.
 //! - [`dirs`], [`wait`]: temporary directories on tmpfs, log tails, and waiting on a condition with a deadline.
+//! - [`diff`]: the line diff every failure report shows.
 //!
 //! The workspace's clippy.toml bans std and tokio sockets so that the proxy reaches the network only through its
 //! `Net` seam. This crate serves real processes on real ports, never simulated code: the ban is lifted in its
 //! socket modules, and only there.
 
+pub mod diff;
 pub mod dirs;
 pub mod etcd;
 pub mod etcdctl;

@@ -52,6 +52,9 @@ async fn put_when_led(cluster: &EtcdCluster, value: &str) {
     .await;
 }
 
+/// `etcdctl get k --print-value-only`.
+const GET_VALUE: [&str; 3] = ["get", "k", "--print-value-only"];
+
 /// A read that must finish quickly: a paused or dead member makes it fail instead.
 async fn quick_get(ctl: &testkit::Etcdctl) -> testkit::Output {
     ctl.run(
@@ -173,11 +176,9 @@ async fn the_release_binary_serves_in_front_of_etcd_with_the_flags_given() {
     let ctl = binaries.etcdctl(&proxy.addr());
     assert_eq!(ctl.ok(&["put", "k", "small"]).await, "OK\n");
     assert_eq!(
-        cluster
-            .etcdctl(0)
-            .ok(&["get", "k", "--print-value-only"])
-            .await,
-        "small\n"
+        cluster.etcdctl(0).ok(&GET_VALUE).await,
+        "small\n",
+        "etcd itself"
     );
     let big = ctl.run(&["put", "k", &"x".repeat(4096)], None).await;
     assert!(
@@ -185,10 +186,8 @@ async fn the_release_binary_serves_in_front_of_etcd_with_the_flags_given() {
         "a 4 KiB put passed a 1 KiB --max-send-bytes:\n{big}"
     );
     assert_eq!(
-        cluster
-            .etcdctl(0)
-            .ok(&["get", "k", "--print-value-only"])
-            .await,
-        "small\n"
+        cluster.etcdctl(0).ok(&GET_VALUE).await,
+        "small\n",
+        "etcd itself"
     );
 }

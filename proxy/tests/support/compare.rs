@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use testkit::diff::line_diff;
 use testkit::etcdctl::indent;
 use testkit::{Background, Binaries, Etcdctl, Normalizer, Output, ProxyProcess, try_wait_for};
 
@@ -309,42 +310,5 @@ impl Compare {
             panic!("{msg}");
         }
         na
-    }
-}
-
-/// A readable line diff: unchanged lines with two spaces, removed with `- `, added with `+ `.
-pub fn line_diff(a: &str, b: &str) -> String {
-    let a: Vec<&str> = a.lines().collect();
-    let b: Vec<&str> = b.lines().collect();
-    // Longest common subsequence table; outputs here are small.
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut out = Vec::new();
-    while i < a.len() || j < b.len() {
-        if i < a.len() && j < b.len() && a[i] == b[j] {
-            out.push(format!("    {}", a[i]));
-            i += 1;
-            j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            out.push(format!("  + {}", b[j]));
-            j += 1;
-        } else {
-            out.push(format!("  - {}", a[i]));
-            i += 1;
-        }
-    }
-    if out.is_empty() {
-        "    <empty>".to_string()
-    } else {
-        out.join("\n")
     }
 }

@@ -7,7 +7,7 @@
 
 use testkit::{Binaries, EtcdCluster, ProxyProcess};
 
-use super::compare::line_diff;
+use testkit::diff::line_diff;
 
 pub struct Pair {
     /// `127.0.0.1:PORT` of the etcd used directly.
