@@ -49,6 +49,10 @@ async fn run(filters: Vec<String>) -> bool {
         differences,
         profiles,
     };
+    // Built (or confirmed up to date) once, before any group starts: the build blocks the thread that asks.
+    if let Err(e) = testkit::proxy::binary() {
+        panic!("the proxy's release binary: {e}");
+    }
     let specs = testkit::etcd::discover().await;
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut runs = Vec::new();

@@ -46,6 +46,7 @@ fn build_release() -> Result<PathBuf, String> {
         .args([
             "build",
             "--release",
+            "--locked",
             "--quiet",
             "-p",
             "proxy",
