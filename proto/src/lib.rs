@@ -1,4 +1,4 @@
-//! The etcd v3 gRPC API (wire shape of etcd 3.5) as Rust types, clients and servers.
+//! The etcd v3 gRPC API (wire shape of etcd 3.7.1) as Rust types, clients and servers.
 //!
 //! The `.proto` sources live in `proto/proto/` (include root) and are compiled at build
 //! time by `protox` (no system `protoc`), then turned into code by `tonic-prost-build`.

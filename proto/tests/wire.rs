@@ -1,4 +1,4 @@
-//! Wire-shape checks of the etcd v3 API definitions against etcd 3.5.
+//! Wire-shape checks of the etcd v3 API definitions against etcd 3.7.1.
 //!
 //! Three kinds of check:
 //! - the descriptor set declares exactly etcd's gRPC methods (full HTTP/2 paths,
@@ -29,7 +29,7 @@ enum Kind {
 }
 use Kind::{Bidi, ServerStream, Unary};
 
-/// Every method etcd 3.5 serves over gRPC: (path, request, response, kind).
+/// Every method etcd 3.7.1 serves over gRPC: (path, request, response, kind).
 /// Request and response messages live in the same package as the service.
 #[rustfmt::skip]
 const METHODS: &[(&str, &str, &str, Kind)] = &[
@@ -38,6 +38,7 @@ const METHODS: &[(&str, &str, &str, Kind)] = &[
     ("/etcdserverpb.KV/DeleteRange",            "DeleteRangeRequest",              "DeleteRangeResponse",              Unary),
     ("/etcdserverpb.KV/Txn",                    "TxnRequest",                      "TxnResponse",                      Unary),
     ("/etcdserverpb.KV/Compact",                "CompactionRequest",               "CompactionResponse",               Unary),
+    ("/etcdserverpb.KV/RangeStream",            "RangeRequest",                    "RangeStreamResponse",              ServerStream),
     ("/etcdserverpb.Watch/Watch",               "WatchRequest",                    "WatchResponse",                    Bidi),
     ("/etcdserverpb.Lease/LeaseGrant",          "LeaseGrantRequest",               "LeaseGrantResponse",               Unary),
     ("/etcdserverpb.Lease/LeaseRevoke",         "LeaseRevokeRequest",              "LeaseRevokeResponse",              Unary),
@@ -199,7 +200,7 @@ fn descriptor_declares_exactly_etcds_methods() {
         })
         .collect();
     assert_eq!(expected.len(), METHODS.len(), "table has duplicates");
-    assert_eq!(METHODS.len(), 48);
+    assert_eq!(METHODS.len(), 49);
 
     let declared = declared_methods(&fds());
     let missing: Vec<_> = expected.difference(&declared).collect();
@@ -540,6 +541,50 @@ fn lease_and_status_camel_case_fields_bytes() {
         0x50, 0x01, // 10 isLearner
     ];
     assert_eq!(status.encode_to_vec(), expected);
+
+    // etcd 3.6's fields: 11 storageVersion, 12 dbSizeQuota, 13 downgradeInfo.
+    let status = pb::StatusResponse {
+        storage_version: "3.6.0".to_owned(),
+        db_size_quota: 2,
+        downgrade_info: Some(pb::DowngradeInfo {
+            enabled: true,
+            target_version: "3.5".to_owned(),
+        }),
+        ..Default::default()
+    };
+    let expected: &[u8] = &[
+        0x5a, 0x05, b'3', b'.', b'6', b'.', b'0', // 11 storageVersion
+        0x60, 0x02, // 12 dbSizeQuota
+        0x6a, 0x07, 0x08, 0x01, 0x12, 0x03, b'3', b'.',
+        b'5', // 13 downgradeInfo {1 enabled, 2 targetVersion}
+    ];
+    assert_eq!(status.encode_to_vec(), expected);
+}
+
+#[test]
+fn etcd_3_6_maintenance_and_3_7_range_stream_bytes() {
+    let hash = pb::HashKvResponse {
+        hash_revision: 5,
+        ..Default::default()
+    };
+    assert_eq!(hash.encode_to_vec(), [0x20, 0x05]);
+    let snapshot = pb::SnapshotResponse {
+        version: "3.6.0".to_owned(),
+        ..Default::default()
+    };
+    assert_eq!(
+        snapshot.encode_to_vec(),
+        [0x22, 0x05, b'3', b'.', b'6', b'.', b'0']
+    );
+    let chunk = pb::RangeStreamResponse {
+        range_response: Some(pb::RangeResponse {
+            more: true,
+            count: 3,
+            ..Default::default()
+        }),
+    };
+    // 1 range_response { 3 more, 4 count }
+    assert_eq!(chunk.encode_to_vec(), [0x0a, 0x04, 0x18, 0x01, 0x20, 0x03]);
 }
 
 #[test]
@@ -740,10 +785,10 @@ fn enum_values_match_etcd() {
 }
 
 #[test]
-fn messages_have_exactly_the_3_5_field_sets() {
+fn messages_have_exactly_the_3_7_field_sets() {
     // Whole field lists for messages whose shape changed across etcd versions:
-    // 3.6 added SnapshotResponse.version, HashKVResponse.hash_revision and three
-    // StatusResponse fields; 3.5 must not have them.
+    // 3.6 added SnapshotResponse.version, HashKVResponse.hash_revision, three
+    // StatusResponse fields and DowngradeInfo; 3.7 added RangeStreamResponse.
     let set = fds();
     let numbers = |msg: &str| -> Vec<(String, i32)> {
         message(&set, msg)
@@ -758,11 +803,21 @@ fn messages_have_exactly_the_3_5_field_sets() {
     let cases: &[(&str, &[(&str, i32)])] = &[
         (
             "etcdserverpb.SnapshotResponse",
-            &[("header", 1), ("remaining_bytes", 2), ("blob", 3)],
+            &[
+                ("header", 1),
+                ("remaining_bytes", 2),
+                ("blob", 3),
+                ("version", 4),
+            ],
         ),
         (
             "etcdserverpb.HashKVResponse",
-            &[("header", 1), ("hash", 2), ("compact_revision", 3)],
+            &[
+                ("header", 1),
+                ("hash", 2),
+                ("compact_revision", 3),
+                ("hash_revision", 4),
+            ],
         ),
         (
             "etcdserverpb.StatusResponse",
@@ -777,8 +832,17 @@ fn messages_have_exactly_the_3_5_field_sets() {
                 ("errors", 8),
                 ("dbSizeInUse", 9),
                 ("isLearner", 10),
+                ("storageVersion", 11),
+                ("dbSizeQuota", 12),
+                ("downgradeInfo", 13),
             ],
         ),
+        (
+            "etcdserverpb.DowngradeInfo",
+            &[("enabled", 1), ("targetVersion", 2)],
+        ),
+        ("etcdserverpb.RangeStreamResponse", &[("range_response", 1)]),
+        ("etcdserverpb.DowngradeVersionTestRequest", &[("ver", 1)]),
         (
             "etcdserverpb.WatchCreateRequest",
             &[

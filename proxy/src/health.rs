@@ -7,12 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::etcdserverpb::RangeRequest;
-use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::{RangeRequest, RangeResponse};
 use tonic::{Code, Request};
 
 use crate::metrics::Metrics;
-use crate::upstream::{Retry, Upstream, forward_unary};
+use crate::upstream::{Retry, Upstream};
 
 /// How long a health check may take.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
@@ -46,7 +45,9 @@ pub async fn check(upstream: &Arc<Upstream>, metrics: &Metrics) -> Health {
     });
     request.set_timeout(HEALTH_TIMEOUT);
     let read = tokio::time::timeout(HEALTH_TIMEOUT, async {
-        forward_unary!(upstream, Retry::ReadOnly, request, KvClient::range)
+        upstream
+            .call::<_, RangeResponse>(Retry::ReadOnly, crate::rpc::methods::path::RANGE, request)
+            .await
     });
     let health = match read.await {
         Ok(Ok(_)) => Health {

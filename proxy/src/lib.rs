@@ -4,9 +4,10 @@
 //!
 //! - [`net`]: the `Net` seam, the only code that touches sockets (`TokioNet` in production).
 //! - [`server`]: one listener for gRPC and the HTTP admin routes, per-RPC metrics, graceful shutdown.
-//! - [`kv`], [`cluster`], [`passthrough`]: KV, Cluster, Maintenance, Auth, Election and Lock, forwarded.
+//! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
+//!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
-//! - [`lease`]: lease RPCs forwarded; all keep-alive streams coalesced onto one upstream stream.
+//! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
@@ -16,15 +17,13 @@
 //! randomness only from the seed in [`Config`].
 
 pub mod cli;
-pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod health;
-pub mod kv;
 pub mod lease;
 pub mod metrics;
 pub mod net;
-pub mod passthrough;
+pub mod rpc;
 pub mod server;
 pub mod upstream;
 pub mod watch;
@@ -86,7 +85,7 @@ impl BoundProxy {
         let upstream =
             upstream::Upstream::new(&self.config, self.net, metrics.clone(), stop_rx.clone());
         let app = Arc::new(server::App {
-            grpc: server::grpc_routes(&upstream, &metrics, &self.config),
+            rpc: rpc::Rpc::new(&upstream, &metrics, &self.config),
             upstream,
             metrics,
         });

@@ -18,8 +18,6 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::body::Body;
-use tonic::service::Routes;
-use tower::ServiceExt;
 
 use crate::config::Config;
 use crate::metrics::{self, Metrics};
@@ -28,63 +26,9 @@ use crate::upstream::{Upstream, shutting_down};
 
 /// What every request handler needs.
 pub struct App {
-    pub grpc: Routes,
+    pub rpc: crate::rpc::Rpc,
     pub upstream: Arc<Upstream>,
     pub metrics: Metrics,
-}
-
-/// Builds the gRPC routes: every etcd service, with the proxy's receive limit on what clients send.
-pub fn grpc_routes(upstream: &Arc<Upstream>, metrics: &Metrics, config: &Config) -> Routes {
-    use proto::etcdserverpb::{
-        auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
-        lease_server::LeaseServer, maintenance_server::MaintenanceServer,
-        watch_server::WatchServer,
-    };
-    use proto::v3electionpb::election_server::ElectionServer;
-    use proto::v3lockpb::lock_server::LockServer;
-
-    let passthrough = crate::passthrough::Passthrough::new(upstream.clone());
-    let max_recv = config.max_recv_bytes;
-    let watch_config = crate::watch::hub::HubConfig {
-        max_join_lag: config.watch_max_join_lag,
-        // etcd fragments at its --max-request-bytes plus its 512 KiB gRPC allowance; --max-send-bytes plays the
-        // part of --max-request-bytes here (same default, 1.5 MiB).
-        fragment_limit: config.max_send_bytes + 512 * 1024,
-        own_identity: config.user.is_some(),
-    };
-    let identity = config
-        .user
-        .clone()
-        .map(|credentials| crate::upstream::identity::Identity::new(credentials, metrics.clone()));
-    macro_rules! limited {
-        ($server:expr) => {
-            $server
-                .max_decoding_message_size(max_recv)
-                .max_encoding_message_size(usize::MAX)
-        };
-    }
-    Routes::new(limited!(KvServer::new(crate::kv::KvService::new(
-        upstream.clone()
-    ))))
-    .add_service(limited!(WatchServer::new(crate::watch::WatchService::new(
-        upstream.clone(),
-        metrics.clone(),
-        watch_config,
-        config.watch_buffer_size,
-        identity
-    ))))
-    .add_service(limited!(LeaseServer::new(crate::lease::LeaseService::new(
-        upstream.clone(),
-        metrics.clone()
-    ))))
-    .add_service(limited!(ClusterServer::new(
-        crate::cluster::ClusterService::new(upstream.clone())
-    )))
-    .add_service(limited!(MaintenanceServer::new(passthrough.clone())))
-    .add_service(limited!(AuthServer::new(passthrough.clone())))
-    .add_service(limited!(ElectionServer::new(passthrough.clone())))
-    .add_service(limited!(LockServer::new(passthrough)))
-    .prepare()
 }
 
 /// Accepts connections until `shutdown` turns true, then lets each connection finish its calls (streams are ended
@@ -216,8 +160,7 @@ async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
         .with_label_values(&labels.as_array())
         .inc();
     let started = Instant::now();
-    // Routes is infallible and always ready.
-    let Ok(mut response) = app.grpc.clone().oneshot(request).await;
+    let mut response = app.rpc.serve(request).await;
     rewrite_size_error(response.headers_mut());
     let early_code = status_code(response.headers());
     let (parts, body) = response.into_parts();

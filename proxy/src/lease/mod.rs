@@ -1,5 +1,5 @@
-//! The Lease service. Unary calls are forwarded with their real status codes. Keep-alive streams are coalesced:
-//! every client stream's renewals travel over one upstream stream ([`coalescer`]), and answers are routed back.
+//! Lease keep-alive streams, coalesced: every client stream's renewals travel over one upstream stream
+//! ([`coalescer`]), and answers are routed back. (The Lease service's unary calls are relayed by [`crate::rpc`].)
 
 pub mod coalescer;
 
@@ -8,19 +8,13 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use proto::etcdserverpb::lease_client::LeaseClient;
-use proto::etcdserverpb::lease_server::Lease;
-use proto::etcdserverpb::{
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
-    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
-};
+use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
 use crate::upstream::outbound::{OnDrop, Outbound};
-use crate::upstream::{BoxStream, Forwarded, Retry, Upstream, forward_unary};
+use crate::upstream::{BoxStream, Forwarded, Upstream};
 use coalescer::{Answer, Renew, Waiter};
 
 /// Requests one client stream may have unanswered (or answered but unread); beyond it the proxy stops reading
@@ -29,7 +23,7 @@ const MAX_UNANSWERED_PER_STREAM: usize = 1024;
 /// Requests queued towards the coalescer from all client streams.
 const RENEW_QUEUE: usize = 8192;
 
-/// The proxy's Lease service.
+/// The proxy's keep-alive coalescing.
 pub struct LeaseService {
     upstream: Arc<Upstream>,
     metrics: Metrics,
@@ -100,38 +94,12 @@ fn client_stream(
     outbound.into_stream(|(answer, _permit): Answer| answer, gauge)
 }
 
-#[tonic::async_trait]
-impl Lease for LeaseService {
-    type LeaseKeepAliveStream = BoxStream<LeaseKeepAliveResponse>;
-
-    async fn lease_grant(
-        &self,
-        request: Request<LeaseGrantRequest>,
-    ) -> Result<Response<LeaseGrantResponse>, Status> {
-        forward_unary!(
-            self.upstream,
-            Retry::Write,
-            request,
-            LeaseClient::lease_grant
-        )
-    }
-
-    async fn lease_revoke(
-        &self,
-        request: Request<LeaseRevokeRequest>,
-    ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        forward_unary!(
-            self.upstream,
-            Retry::Write,
-            request,
-            LeaseClient::lease_revoke
-        )
-    }
-
-    async fn lease_keep_alive(
+impl LeaseService {
+    /// One client's keep-alive stream.
+    pub async fn lease_keep_alive(
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
-    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+    ) -> Result<Response<BoxStream<LeaseKeepAliveResponse>>, Status> {
         let forwarded = Forwarded::capture(&request);
         let requires_leader = forwarded.requires_leader();
         if requires_leader {
@@ -146,29 +114,5 @@ impl Lease for LeaseService {
             self.metrics.clone(),
             self.upstream.shutdown_signal(),
         )))
-    }
-
-    async fn lease_time_to_live(
-        &self,
-        request: Request<LeaseTimeToLiveRequest>,
-    ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
-        forward_unary!(
-            self.upstream,
-            Retry::ReadOnly,
-            request,
-            LeaseClient::lease_time_to_live
-        )
-    }
-
-    async fn lease_leases(
-        &self,
-        request: Request<LeaseLeasesRequest>,
-    ) -> Result<Response<LeaseLeasesResponse>, Status> {
-        forward_unary!(
-            self.upstream,
-            Retry::ReadOnly,
-            request,
-            LeaseClient::lease_leases
-        )
     }
 }

@@ -1,13 +1,18 @@
 //! Calls to etcd with the retry policy: reads are retried on the next endpoint within a deadline when the endpoint
-//! fails; writes only when they provably never left the proxy. Server streams (Snapshot, Observe) are opened like
-//! reads; once they run, an upstream failure ends the client's stream with Unavailable. (Watch and LeaseKeepAlive
-//! have their own upstream streams: see `watch` and `lease`.)
+//! fails; writes only when they provably never left the proxy. Server streams (Snapshot, Observe, RangeStream) are
+//! opened like reads; once they run, an upstream failure ends the client's stream with Unavailable. (Watch and
+//! LeaseKeepAlive have their own upstream streams: see `watch` and `lease`.)
+//!
+//! Every call is made with the messages as bytes ([`RawCodec`]): what etcd sends reaches the client as etcd sent
+//! it. The proxy's own questions to etcd ([`Upstream::call`]) take the same path, encoded and decoded around it.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use http::uri::PathAndQuery;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -15,6 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
 use crate::error;
+use crate::rpc::codec::RawCodec;
 
 /// Whether a call may be repeated on another endpoint after an endpoint failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,10 +35,78 @@ pub enum Retry {
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 impl Upstream {
-    fn check_send<M: prost::Message>(&self, message: &M) -> Result<(), Status> {
-        let len = message.encoded_len();
-        if len > self.max_send_bytes {
-            return Err(error::sending_too_large(len, self.max_send_bytes));
+    /// A unary call of the method at `path` (e.g. `/etcdserverpb.KV/Range`), its messages relayed as bytes.
+    pub async fn unary(
+        self: &Arc<Self>,
+        retry: Retry,
+        path: PathAndQuery,
+        request: Request<Bytes>,
+    ) -> Result<Response<Bytes>, Status> {
+        let (_, response) = self
+            .with_retries(retry, request, |mut grpc, request| {
+                let path = path.clone();
+                async move { grpc.unary(request, path, RawCodec).await }
+            })
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    /// A call with one request and a stream of responses (Snapshot, Observe, RangeStream). Opening it is retried
+    /// like a read.
+    pub async fn server_stream(
+        self: &Arc<Self>,
+        path: PathAndQuery,
+        request: Request<Bytes>,
+    ) -> Result<Response<BoxStream<Bytes>>, Status> {
+        let (index, response) = self
+            .with_retries(Retry::ReadOnly, request, |mut grpc, request| {
+                let path = path.clone();
+                async move { grpc.server_streaming(request, path, RawCodec).await }
+            })
+            .await?;
+        Ok(Response::new(self.relay(index, response)))
+    }
+
+    /// The proxy's own unary call (a permission check, a Status): the same path as a client's, with the messages
+    /// encoded and decoded around it.
+    pub async fn call<Req, Resp>(
+        self: &Arc<Self>,
+        retry: Retry,
+        path: &'static str,
+        request: Request<Req>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let request = request.map(|message| Bytes::from(message.encode_to_vec()));
+        let response = self
+            .unary(retry, PathAndQuery::from_static(path), request)
+            .await?;
+        let (metadata, bytes, extensions) = response.into_parts();
+        let message = Resp::decode(bytes).map_err(|err| {
+            Status::internal(format!(
+                "etcd-grpc-proxy: cannot read etcd's answer to {path}: {err}"
+            ))
+        })?;
+        Ok(Response::from_parts(metadata, message, extensions))
+    }
+
+    /// A gRPC client on `channel` with the proxy's receive limit (what it accepts from etcd); the send limit is
+    /// checked before any attempt, so that an oversized request is refused with etcd's error.
+    async fn client(&self, channel: Channel) -> Result<tonic::client::Grpc<Channel>, Status> {
+        let mut grpc = tonic::client::Grpc::new(channel)
+            .max_decoding_message_size(self.max_recv_bytes)
+            .max_encoding_message_size(usize::MAX);
+        grpc.ready()
+            .await
+            .map_err(|err| Status::unknown(format!("Service was not ready: {err}")))?;
+        Ok(grpc)
+    }
+
+    fn check_send(&self, message: &Bytes) -> Result<(), Status> {
+        if message.len() > self.max_send_bytes {
+            return Err(error::sending_too_large(message.len(), self.max_send_bytes));
         }
         Ok(())
     }
@@ -66,15 +140,14 @@ impl Upstream {
 
     /// Makes a call on the active endpoint, repeating it on the next one after an endpoint failure when `retry`
     /// allows, until the client's deadline (or [`DEFAULT_RETRY_WINDOW`]). Returns the endpoint that answered.
-    async fn with_retries<Req, Resp, F, Fut>(
+    async fn with_retries<Resp, F, Fut>(
         self: &Arc<Self>,
         retry: Retry,
-        request: Request<Req>,
+        request: Request<Bytes>,
         call: F,
     ) -> Result<(usize, Resp), Status>
     where
-        Req: prost::Message + Clone,
-        F: Fn(Channel, Request<Req>) -> Fut,
+        F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
         let forwarded = Forwarded::capture(&request);
@@ -87,7 +160,11 @@ impl Upstream {
         loop {
             attempt += 1;
             let (index, channel) = self.active();
-            match call(channel, forwarded.request(message.clone())).await {
+            let answer = match self.client(channel).await {
+                Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
+                Err(status) => Err(status),
+            };
+            match answer {
                 Ok(response) => return Ok((index, response.into_inner())),
                 Err(status) if forwarded.requires_leader() && status.message() == NO_LEADER => {
                     self.report_failure(index);
@@ -108,23 +185,26 @@ impl Upstream {
     /// once, since another member may have a leader (the refusing one may be cut off from the majority). When none
     /// can serve, the client gets etcd's "no leader" answer, as it would from its member directly, and at once
     /// rather than after the whole retry window.
-    async fn ask_others_for_leader<Req, Resp, F, Fut>(
+    async fn ask_others_for_leader<Resp, F, Fut>(
         self: &Arc<Self>,
         refused: usize,
         retry: Retry,
         forwarded: &Forwarded,
-        message: &Req,
+        message: &Bytes,
         call: &F,
         no_leader: Status,
     ) -> Result<(usize, Resp), Status>
     where
-        Req: prost::Message + Clone,
-        F: Fn(Channel, Request<Req>) -> Fut,
+        F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
         for index in (0..self.len()).filter(|&i| i != refused) {
             let channel = self.members[index].channel.clone();
-            match call(channel, forwarded.request(message.clone())).await {
+            let answer = match self.client(channel).await {
+                Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
+                Err(status) => Err(status),
+            };
+            match answer {
                 Ok(response) => return Ok((index, response.into_inner())),
                 Err(status) if status.message() == NO_LEADER => self.report_failure(index),
                 Err(status) if error::is_endpoint_failure(&status) => {
@@ -138,38 +218,6 @@ impl Upstream {
             }
         }
         Err(error::to_client(no_leader))
-    }
-
-    /// A unary call. `call` performs it on the given channel.
-    pub async fn unary<Req, Resp, F, Fut>(
-        self: &Arc<Self>,
-        retry: Retry,
-        request: Request<Req>,
-        call: F,
-    ) -> Result<Response<Resp>, Status>
-    where
-        Req: prost::Message + Clone,
-        F: Fn(Channel, Request<Req>) -> Fut,
-        Fut: Future<Output = Result<Response<Resp>, Status>>,
-    {
-        let (_, response) = self.with_retries(retry, request, call).await?;
-        Ok(Response::new(response))
-    }
-
-    /// A call with one request and a stream of responses (Snapshot, Observe). Opening it is retried like a read.
-    pub async fn server_stream<Req, Resp, F, Fut>(
-        self: &Arc<Self>,
-        request: Request<Req>,
-        call: F,
-    ) -> Result<Response<BoxStream<Resp>>, Status>
-    where
-        Req: prost::Message + Clone,
-        Resp: Send + 'static,
-        F: Fn(Channel, Request<Req>) -> Fut,
-        Fut: Future<Output = Result<Response<Streaming<Resp>>, Status>>,
-    {
-        let (index, response) = self.with_retries(Retry::ReadOnly, request, call).await?;
-        Ok(Response::new(self.relay(index, response)))
     }
 
     /// Relays an upstream response stream to the client. An endpoint failure ends it with Unavailable (so the

@@ -10,12 +10,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use proto::etcdserverpb::AuthenticateRequest;
-use proto::etcdserverpb::auth_client::AuthClient;
+use proto::etcdserverpb::{AuthenticateRequest, AuthenticateResponse};
 use tokio::sync::Mutex;
 use tonic::{Code, Request, Status};
 
-use super::{Retry, Upstream, forward_unary};
+use super::{Retry, Upstream};
 use crate::metrics::Metrics;
 
 /// etcd's answer to Authenticate when auth is disabled: the proxy then watches without a token.
@@ -77,7 +76,13 @@ impl Identity {
             password: self.credentials.password.clone(),
         });
         // Authenticate only issues a token: repeating it on another endpoint is harmless.
-        let answer = forward_unary!(upstream, Retry::ReadOnly, request, AuthClient::authenticate);
+        let answer: Result<tonic::Response<AuthenticateResponse>, Status> = upstream
+            .call(
+                Retry::ReadOnly,
+                crate::rpc::methods::path::AUTHENTICATE,
+                request,
+            )
+            .await;
         let result = match &answer {
             Ok(_) => "token",
             Err(status) if is_auth_disabled(status) => "auth_disabled",

@@ -8,7 +8,6 @@
 mod call;
 mod forward;
 pub mod identity;
-mod macros;
 pub mod outbound;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +21,6 @@ use tonic::transport::{Channel, Endpoint as TonicEndpoint};
 
 pub use call::{BoxStream, Retry};
 pub use forward::Forwarded;
-pub(crate) use macros::{forward_server_stream, forward_unary};
 
 use crate::config::{Config, Endpoint};
 use crate::metrics::Metrics;
@@ -40,6 +38,8 @@ struct Member {
     channel: Channel,
     up: AtomicBool,
     probing: AtomicBool,
+    /// It answered RangeStream with Unimplemented (etcd before 3.7) since it was last found down.
+    lacks_range_stream: AtomicBool,
 }
 
 /// The etcd endpoints and which one serves.
@@ -77,6 +77,7 @@ impl Upstream {
                     channel,
                     up: AtomicBool::new(true),
                     probing: AtomicBool::new(false),
+                    lacks_range_stream: AtomicBool::new(false),
                 }
             })
             .collect();
@@ -109,6 +110,21 @@ impl Upstream {
     pub fn active(&self) -> (usize, Channel) {
         let index = self.active.load(Ordering::Acquire);
         (index, self.members[index].channel.clone())
+    }
+
+    /// Whether endpoint `index` is known not to serve RangeStream (see [`Upstream::note_lacks_range_stream`]).
+    pub fn lacks_range_stream(&self, index: usize) -> bool {
+        self.members[index]
+            .lacks_range_stream
+            .load(Ordering::Acquire)
+    }
+
+    /// Remembers that endpoint `index` answered RangeStream with Unimplemented. Forgotten when the endpoint is
+    /// next found down and back: it may come back upgraded.
+    pub fn note_lacks_range_stream(&self, index: usize) {
+        self.members[index]
+            .lacks_range_stream
+            .store(true, Ordering::Release);
     }
 
     /// Becomes true when the proxy shuts down; streams end then (wait on it with [`shutting_down`]).
@@ -160,12 +176,12 @@ impl Upstream {
         self: &Arc<Self>,
         token: Option<&str>,
     ) -> Result<proto::etcdserverpb::StatusResponse, tonic::Status> {
-        use proto::etcdserverpb::maintenance_client::MaintenanceClient;
         let mut request = tonic::Request::new(proto::etcdserverpb::StatusRequest {});
         if let Some(token) = token.and_then(|t| t.parse().ok()) {
             request.metadata_mut().insert("token", token);
         }
-        forward_unary!(self, Retry::ReadOnly, request, MaintenanceClient::status)
+        self.call(Retry::ReadOnly, crate::rpc::methods::path::STATUS, request)
+            .await
             .map(tonic::Response::into_inner)
     }
 
@@ -245,6 +261,7 @@ impl Upstream {
                 Err(_elapsed) => false,
             };
             if answered {
+                member.lacks_range_stream.store(false, Ordering::Release);
                 member.up.store(true, Ordering::Release);
                 member.probing.store(false, Ordering::Release);
                 self.metrics

@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
-use proto::etcdserverpb::kv_client::KvClient;
-use proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use proto::etcdserverpb::{RangeRequest, StatusRequest, WatchCreateRequest};
+use proto::etcdserverpb::{
+    RangeRequest, RangeResponse, StatusRequest, StatusResponse, WatchCreateRequest,
+};
 use tonic::{Code, Request, Status};
 
 use super::etcd_version;
-use crate::upstream::{Forwarded, Retry, Upstream, forward_unary};
+use crate::rpc::methods::path;
+use crate::upstream::{Forwarded, Retry, Upstream};
 
 /// etcd's answer to a Range above its current revision: the caller passed the permission check.
 const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
@@ -59,12 +60,9 @@ pub async fn check(
         limit: 1,
         ..Default::default()
     };
-    let answer = forward_unary!(
-        upstream,
-        Retry::ReadOnly,
-        caller.request(question),
-        KvClient::range
-    );
+    let answer: Result<tonic::Response<RangeResponse>, Status> = upstream
+        .call(Retry::ReadOnly, path::RANGE, caller.request(question))
+        .await;
     Ok(match answer {
         Ok(_) => Admission::Admitted,
         Err(status) => verdict(status)?,
@@ -95,12 +93,13 @@ pub async fn refusal(
     message: &str,
     requested: i64,
 ) -> Refusal {
-    let status = forward_unary!(
-        upstream,
-        Retry::ReadOnly,
-        Request::new(StatusRequest {}),
-        MaintenanceClient::status
-    );
+    let status: Result<tonic::Response<StatusResponse>, Status> = upstream
+        .call(
+            Retry::ReadOnly,
+            path::STATUS,
+            Request::new(StatusRequest {}),
+        )
+        .await;
     // A member that does not say is taken to be of the newest kind, as an unreadable version is (see `wording`).
     let wording = status.map_or(Wording::NamesTheError, |s| wording(&s.get_ref().version));
     refusal_of(wording, code, message, requested)

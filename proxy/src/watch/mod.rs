@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
 use proto::etcdserverpb::watch_request::RequestUnion;
-use proto::etcdserverpb::watch_server::Watch;
 use proto::etcdserverpb::{WatchRequest, WatchResponse};
 use tokio::sync::{Semaphore, mpsc};
 use tonic::{Request, Response, Status, Streaming};
@@ -124,14 +123,12 @@ impl WatchService {
     }
 }
 
-#[tonic::async_trait]
-impl Watch for WatchService {
-    type WatchStream = BoxStream<WatchResponse>;
-
-    async fn watch(
+impl WatchService {
+    /// One client's Watch stream.
+    pub async fn watch(
         &self,
         request: Request<Streaming<WatchRequest>>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
+    ) -> Result<Response<BoxStream<WatchResponse>>, Status> {
         let forwarded = Forwarded::capture(&request);
         if forwarded.requires_leader() {
             self.upstream

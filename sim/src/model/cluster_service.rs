@@ -97,6 +97,8 @@ impl Maintenance for MaintenanceService {
             errors: Vec::new(),
             db_size_in_use: 16384,
             is_learner: false,
+            // The model speaks as an etcd 3.5, which has none of 3.6's Status fields.
+            ..Default::default()
         }))
     }
 

@@ -3,7 +3,7 @@
 use proto::etcdserverpb::kv_server::Kv;
 use proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -16,6 +16,18 @@ pub struct KvService {
 
 #[tonic::async_trait]
 impl Kv for KvService {
+    type RangeStreamStream = futures::stream::Empty<Result<RangeStreamResponse, Status>>;
+
+    /// The model is an etcd before 3.7, which has no RangeStream: grpc-go's answer to a method it lacks.
+    async fn range_stream(
+        &self,
+        _request: Request<RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
+        Err(Status::unimplemented(
+            "unknown method RangeStream for service etcdserverpb.KV",
+        ))
+    }
+
     async fn range(
         &self,
         request: Request<RangeRequest>,

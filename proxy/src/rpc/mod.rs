@@ -1,0 +1,142 @@
+//! Every etcd RPC a client makes enters here and is served by its route ([`methods`]): one forwarding path for
+//! every unary method and every server stream, messages relayed as bytes ([`codec`]); RangeStream relayed or
+//! served from Range ([`range_stream`]); Watch and LeaseKeepAlive handed to their coalescers.
+//!
+//! - [`methods`]: etcd 3.7.1's methods by path, and whether a call may be repeated on another endpoint.
+//! - [`wire`]: reads the few request fields that decision needs, without decoding the message.
+//! - [`codec`]: the gRPC codec of messages as bytes.
+//! - [`range_stream`]: RangeStream for an etcd that does not serve it (before 3.7).
+
+pub mod codec;
+pub mod methods;
+pub mod range_stream;
+pub mod wire;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::uri::PathAndQuery;
+use hyper::body::Incoming;
+use tonic::body::Body;
+use tonic::server::Grpc;
+use tonic::{Request, Streaming};
+use tonic_prost::ProstCodec;
+
+use crate::config::Config;
+use crate::lease::LeaseService;
+use crate::metrics::Metrics;
+use crate::upstream::Upstream;
+use crate::upstream::identity::Identity;
+use crate::watch::WatchService;
+use codec::RawCodec;
+use methods::Route;
+use proto::etcdserverpb::{LeaseKeepAliveRequest, WatchRequest};
+
+/// What serves the gRPC calls of one running proxy.
+pub struct Rpc {
+    upstream: Arc<Upstream>,
+    watch: Arc<WatchService>,
+    lease: Arc<LeaseService>,
+    /// Largest message the proxy accepts from a client.
+    max_recv_bytes: usize,
+}
+
+impl Rpc {
+    pub fn new(upstream: &Arc<Upstream>, metrics: &Metrics, config: &Config) -> Self {
+        let watch_config = crate::watch::hub::HubConfig {
+            max_join_lag: config.watch_max_join_lag,
+            // etcd fragments at its --max-request-bytes plus its 512 KiB gRPC allowance; --max-send-bytes plays
+            // the part of --max-request-bytes here (same default, 1.5 MiB).
+            fragment_limit: config.max_send_bytes + 512 * 1024,
+            own_identity: config.user.is_some(),
+        };
+        let identity = config
+            .user
+            .clone()
+            .map(|credentials| Identity::new(credentials, metrics.clone()));
+        Self {
+            upstream: upstream.clone(),
+            watch: Arc::new(WatchService::new(
+                upstream.clone(),
+                metrics.clone(),
+                watch_config,
+                config.watch_buffer_size,
+                identity,
+            )),
+            lease: Arc::new(LeaseService::new(upstream.clone(), metrics.clone())),
+            max_recv_bytes: config.max_recv_bytes,
+        }
+    }
+
+    /// Serves one gRPC call.
+    pub async fn serve(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+        let path = request
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let Some(route) = methods::route(path.path()) else {
+            return methods::unknown(path.path()).into_http();
+        };
+        let upstream = self.upstream.clone();
+        match route {
+            Route::Unary(repeat) => {
+                let relay = tower::service_fn(move |request: Request<Bytes>| {
+                    let (upstream, path) = (upstream.clone(), path.clone());
+                    async move {
+                        let retry = repeat.retry(request.get_ref());
+                        upstream.unary(retry, path, request).await
+                    }
+                });
+                self.limited(RawCodec).unary(relay, request).await
+            }
+            Route::ServerStream => {
+                let relay = tower::service_fn(move |request: Request<Bytes>| {
+                    let (upstream, path) = (upstream.clone(), path.clone());
+                    async move { upstream.server_stream(path, request).await }
+                });
+                self.limited(RawCodec)
+                    .server_streaming(relay, request)
+                    .await
+            }
+            Route::RangeStream => {
+                let serve = tower::service_fn(move |request: Request<Bytes>| {
+                    let upstream = upstream.clone();
+                    async move { range_stream::serve(&upstream, request).await }
+                });
+                self.limited(RawCodec)
+                    .server_streaming(serve, request)
+                    .await
+            }
+            Route::Watch => {
+                let watch = self.watch.clone();
+                let serve = tower::service_fn(move |request: Request<Streaming<WatchRequest>>| {
+                    let watch = watch.clone();
+                    async move { watch.watch(request).await }
+                });
+                self.limited(ProstCodec::default())
+                    .streaming(serve, request)
+                    .await
+            }
+            Route::LeaseKeepAlive => {
+                let lease = self.lease.clone();
+                let serve =
+                    tower::service_fn(move |request: Request<Streaming<LeaseKeepAliveRequest>>| {
+                        let lease = lease.clone();
+                        async move { lease.lease_keep_alive(request).await }
+                    });
+                self.limited(ProstCodec::default())
+                    .streaming(serve, request)
+                    .await
+            }
+        }
+    }
+
+    /// The server side of a call with the proxy's receive limit on what the client sends; what it sends back
+    /// is limited by etcd (and the upstream receive limit), not again here.
+    fn limited<C: tonic::codec::Codec>(&self, codec: C) -> Grpc<C> {
+        Grpc::new(codec)
+            .max_decoding_message_size(self.max_recv_bytes)
+            .max_encoding_message_size(usize::MAX)
+    }
+}
