@@ -65,6 +65,10 @@ struct StartArgs {
     /// Seed of the proxy's random choices (default: drawn from the OS at start and logged)
     #[arg(long)]
     seed: Option<u64>,
+    /// Threads that serve calls: 1 runs everything on one thread, which costs the least CPU per call; 0 uses one
+    /// per core, for loads one core cannot carry
+    #[arg(long, default_value_t = 1)]
+    worker_threads: usize,
 }
 
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
@@ -108,6 +112,8 @@ pub struct Cli {
     pub debug: bool,
     /// Whether the seed came from `--seed` (otherwise the caller drew it from the OS).
     pub seed_given: bool,
+    /// `--worker-threads`: 1 for a single-threaded runtime, 0 for one thread per core, else that many.
+    pub worker_threads: usize,
 }
 
 fn command() -> Command {
@@ -214,6 +220,7 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
         config,
         debug: args.debug,
         seed_given,
+        worker_threads: args.worker_threads,
     })
 }
 
@@ -318,6 +325,7 @@ mod tests {
         assert_eq!(cli.config.dial_timeout, Duration::from_secs(5));
         assert_eq!(cli.config.seed, 7);
         assert!(!cli.seed_given && !cli.debug);
+        assert_eq!(cli.worker_threads, 1);
     }
 
     #[test]
@@ -335,7 +343,9 @@ mod tests {
             "--permit-without-stream=true",
             "--seed=42",
             "--data-dir=/tmp/x",
+            "--worker-threads=0",
         ]);
+        assert_eq!(cli.worker_threads, 0);
         assert_eq!(cli.config.endpoints.len(), 2);
         assert_eq!(cli.config.listen_addr.port(), 9);
         assert!(cli.debug && cli.seed_given);

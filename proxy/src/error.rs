@@ -25,9 +25,16 @@ pub fn sending_too_large(found: usize, limit: usize) -> Status {
     ))
 }
 
-/// Rewrites tonic's "decoded message length too large" (OutOfRange) into etcd's ResourceExhausted.
-/// Returns `None` for any other status.
-pub fn etcd_size_error(code: Code, message: &str) -> Option<Status> {
+/// tonic's words for a gRPC frame that ends before the length it announced.
+const TONIC_TRUNCATED_FRAME: &str = "Unexpected EOF decoding stream.";
+
+/// Rewrites what tonic says of a bad frame from a client into what etcd (grpc-go) says of the same bytes:
+/// "decoded message length too large" (OutOfRange) becomes ResourceExhausted, a frame cut short (Internal) becomes
+/// Unknown "unexpected EOF". Returns `None` for any other status.
+pub fn etcd_frame_error(code: Code, message: &str) -> Option<Status> {
+    if code == Code::Internal && message == TONIC_TRUNCATED_FRAME {
+        return Some(Status::unknown("unexpected EOF"));
+    }
     if code != Code::OutOfRange {
         return None;
     }
@@ -39,7 +46,7 @@ pub fn etcd_size_error(code: Code, message: &str) -> Option<Status> {
 
 /// What a client sees for a failed upstream call.
 pub fn to_client(status: Status) -> Status {
-    if let Some(rewritten) = etcd_size_error(status.code(), status.message()) {
+    if let Some(rewritten) = etcd_frame_error(status.code(), status.message()) {
         return rewritten;
     }
     if status.source().is_some() {
@@ -125,7 +132,7 @@ mod tests {
 
     #[test]
     fn tonic_size_errors_become_etcds_resource_exhausted() {
-        let status = etcd_size_error(
+        let status = etcd_frame_error(
             Code::OutOfRange,
             "Error, decoded message length too large: found 2048 bytes, the limit is: 1024 bytes",
         )
@@ -138,9 +145,19 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_cut_short_is_worded_as_etcd_words_it() {
+        let status = etcd_frame_error(Code::Internal, "Unexpected EOF decoding stream.").unwrap();
+        assert_eq!(
+            (status.code(), status.message()),
+            (Code::Unknown, "unexpected EOF")
+        );
+        assert!(etcd_frame_error(Code::Internal, "etcdserver: corrupt cluster").is_none());
+    }
+
+    #[test]
     fn etcds_own_out_of_range_passes_unchanged() {
         assert!(
-            etcd_size_error(
+            etcd_frame_error(
                 Code::OutOfRange,
                 "etcdserver: mvcc: required revision has been compacted"
             )

@@ -445,3 +445,27 @@ async fn auth_permissions_and_denials_match_direct_etcd() {
     assert_eq!(seen.stdout, "Authentication Disabled\n");
     c.ok(&["get", "/secret/s"]).await;
 }
+
+/// `--worker-threads` other than the default single thread: one thread per core, or a given number. The proxy
+/// serves the same, and runs on that many threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_threaded_runtimes_serve_as_the_single_thread_does() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    for (flag, least_threads) in [("--worker-threads=0", 2), ("--worker-threads=3", 3)] {
+        let mut c = Compare::start(&binaries, &[flag]).await;
+        let seen = c.ok(&["put", "k", "v"]).await;
+        assert_eq!(seen.stdout, "OK\n");
+        let seen = c.ok(&["get", "k", "-w", "json"]).await;
+        assert!(seen.stdout.contains("\"count\":1"), "{flag}: {seen:?}");
+        let pid = c.proxy().expect("a proxy target").pid();
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("the proxy's threads")
+            .count();
+        assert!(
+            threads > least_threads,
+            "{flag}: {threads} threads, expected the main thread and at least {least_threads} workers"
+        );
+    }
+}
