@@ -46,7 +46,7 @@ pub async fn check(upstream: &Arc<Upstream>, metrics: &Metrics) -> Health {
     request.set_timeout(HEALTH_TIMEOUT);
     let read = tokio::time::timeout(HEALTH_TIMEOUT, async {
         upstream
-            .call::<_, RangeResponse>(Retry::ReadOnly, crate::rpc::methods::path::RANGE, request)
+            .call::<_, RangeResponse>(Retry::ReadOnly, crate::upstream::path::RANGE, request)
             .await
     });
     let health = match read.await {

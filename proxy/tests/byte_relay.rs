@@ -16,7 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prost::Message;
 use proto::etcdserverpb as pb;
-use proxy::rpc::codec::RawCodec;
+use proxy::upstream::codec::RawCodec;
 use tonic::Request;
 
 /// An unknown field a newer etcd or client might send: number 99, a varint (key 99 << 3 = 792 → 0x98 0x06).

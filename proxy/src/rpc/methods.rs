@@ -8,14 +8,6 @@ use tonic::Status;
 use super::wire::{self, Value};
 use crate::upstream::Retry;
 
-/// Paths the proxy calls itself.
-pub mod path {
-    pub const RANGE: &str = "/etcdserverpb.KV/Range";
-    pub const RANGE_STREAM: &str = "/etcdserverpb.KV/RangeStream";
-    pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
-    pub const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";
-}
-
 /// How the proxy serves one method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {

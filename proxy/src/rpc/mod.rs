@@ -1,13 +1,11 @@
 //! Every etcd RPC a client makes enters here and is served by its route ([`methods`]): one forwarding path for
-//! every unary method and every server stream, messages relayed as bytes ([`codec`]); RangeStream relayed or
+//! every unary method and every server stream, messages relayed as bytes; RangeStream relayed or
 //! served from Range ([`range_stream`]); Watch and LeaseKeepAlive handed to their coalescers.
 //!
 //! - [`methods`]: etcd 3.7.1's methods by path, and whether a call may be repeated on another endpoint.
 //! - [`wire`]: reads the few request fields that decision needs, without decoding the message.
-//! - [`codec`]: the gRPC codec of messages as bytes.
 //! - [`range_stream`]: RangeStream for an etcd that does not serve it (before 3.7).
 
-pub mod codec;
 pub mod methods;
 pub mod range_stream;
 pub mod wire;
@@ -26,9 +24,9 @@ use crate::config::Config;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
+use crate::upstream::codec::RawCodec;
 use crate::upstream::identity::Identity;
 use crate::watch::WatchService;
-use codec::RawCodec;
 use methods::Route;
 use proto::etcdserverpb::{LeaseKeepAliveRequest, WatchRequest};
 

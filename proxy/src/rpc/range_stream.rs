@@ -15,8 +15,7 @@ use prost::Message;
 use proto::etcdserverpb::{RangeRequest, RangeResponse, RangeStreamResponse, range_request};
 use tonic::{Code, Request, Response, Status};
 
-use super::methods::path;
-use crate::upstream::{BoxStream, Forwarded, Retry, Upstream};
+use crate::upstream::{BoxStream, Forwarded, Retry, Upstream, path};
 
 /// etcd 3.7's first chunk limit (`initialStreamChunkLimit`).
 const FIRST_CHUNK_LIMIT: i64 = 10;

@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::codec::RawCodec;
 use super::{DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
 use crate::error;
-use crate::rpc::codec::RawCodec;
 
 /// Whether a call may be repeated on another endpoint after an endpoint failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

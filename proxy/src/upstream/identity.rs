@@ -77,11 +77,7 @@ impl Identity {
         });
         // Authenticate only issues a token: repeating it on another endpoint is harmless.
         let answer: Result<tonic::Response<AuthenticateResponse>, Status> = upstream
-            .call(
-                Retry::ReadOnly,
-                crate::rpc::methods::path::AUTHENTICATE,
-                request,
-            )
+            .call(Retry::ReadOnly, super::path::AUTHENTICATE, request)
             .await;
         let result = match &answer {
             Ok(_) => "token",

@@ -6,6 +6,7 @@
 //! is believed up, and a probe task brings the failed one back when it answers again.
 
 mod call;
+pub mod codec;
 mod forward;
 pub mod identity;
 pub mod outbound;
@@ -180,7 +181,7 @@ impl Upstream {
         if let Some(token) = token.and_then(|t| t.parse().ok()) {
             request.metadata_mut().insert("token", token);
         }
-        self.call(Retry::ReadOnly, crate::rpc::methods::path::STATUS, request)
+        self.call(Retry::ReadOnly, path::STATUS, request)
             .await
             .map(tonic::Response::into_inner)
     }
@@ -274,6 +275,14 @@ impl Upstream {
             backoff = (backoff * 2).min(PROBE_BACKOFF_MAX);
         }
     }
+}
+
+/// Paths of the calls the proxy makes itself.
+pub mod path {
+    pub const RANGE: &str = "/etcdserverpb.KV/Range";
+    pub const RANGE_STREAM: &str = "/etcdserverpb.KV/RangeStream";
+    pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
+    pub const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";
 }
 
 /// etcd's answer to a call that requires a leader (`hasleader: true`) while the cluster has none.

@@ -14,8 +14,7 @@ use proto::etcdserverpb::{
 use tonic::{Code, Request, Status};
 
 use super::etcd_version;
-use crate::rpc::methods::path;
-use crate::upstream::{Forwarded, Retry, Upstream};
+use crate::upstream::{Forwarded, Retry, Upstream, path};
 
 /// etcd's answer to a Range above its current revision: the caller passed the permission check.
 const FUTURE_REVISION: &str = "etcdserver: mvcc: required revision is a future revision";
