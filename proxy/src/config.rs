@@ -34,7 +34,8 @@ impl Endpoint {
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         let (host, port) =
             split_host_port(rest).ok_or_else(|| format!("endpoint {raw:?}: expected host:port"))?;
-        if host.is_empty() || host.contains('/') {
+        if !is_host(host) || (rest.starts_with('[') && host.parse::<std::net::Ipv6Addr>().is_err())
+        {
             return Err(format!("endpoint {raw:?}: missing or malformed host"));
         }
         port.parse::<u16>()
@@ -56,6 +57,16 @@ impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// A host name or an IP address as a URI authority may hold it: letters, digits, `-`, `.`, `_` (which DNS names
+/// in the wild use), or the inside of `[...]` for IPv6 (checked by the caller). Anything else (`%`, spaces, `@`)
+/// would not form a URI to dial.
+fn is_host(host: &str) -> bool {
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'))
 }
 
 /// Splits `host:port` and `[v6]:port`; `None` if there is no port or the host has stray colons.
@@ -189,6 +200,10 @@ mod tests {
             ("127.0.0.1:0", "port must be"),
             ("127.0.0.1:70000", "port must be"),
             (":2379", "missing or malformed host"),
+            ("a%b:1", "missing or malformed host"),
+            ("[zz]:1", "missing or malformed host"),
+            ("a b:1", "missing or malformed host"),
+            ("user@host:1", "missing or malformed host"),
             ("https://127.0.0.1:2379", "not supported yet"),
             ("unix://sock", "not supported yet"),
             ("ftp://x:1", "unknown scheme"),

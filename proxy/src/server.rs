@@ -238,11 +238,13 @@ struct RpcLabels {
 }
 
 impl RpcLabels {
+    /// Only etcd's own methods get labels of their own: every other path shares `unknown`, so that a client
+    /// calling made-up paths cannot grow `/metrics` (and the proxy's memory) without bound.
     fn from_path(path: &str) -> Self {
-        let (service, method) = path
-            .trim_start_matches('/')
-            .split_once('/')
-            .unwrap_or(("unknown", "unknown"));
+        let (service, method) = match path.trim_start_matches('/').split_once('/') {
+            Some(pair) if crate::rpc::methods::route(path).is_some() => pair,
+            _ => ("unknown", "unknown"),
+        };
         Self {
             grpc_type: metrics::grpc_type(path),
             service: service.to_string(),

@@ -636,3 +636,81 @@ async fn malformed_and_unknown_bytes_get_etcds_answer() {
     .await
     .expect("a Range after the bad frames");
 }
+
+/// Calls on paths etcd does not have share one set of metric labels: however many made-up paths a client tries,
+/// `/metrics` stays the same size (each path used to become label values of its own, with histogram buckets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_paths_do_not_grow_metrics() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let addr = proxy.addr();
+    let get = RangeRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // The first made-up paths create the shared `unknown` series; later ones must add nothing.
+    for path in ["/etcdserverpb.KV/Scan", "/made.Up/First"] {
+        let answer = raw_call(&addr, path, frame(&get)).await;
+        assert!(answer.starts_with("12: "), "{path}: {answer}");
+    }
+    let lines_before = proxy.metrics().await.lines().count();
+    for i in 0..300 {
+        let path = format!("/made.Up{i}/Method{i}");
+        let answer = raw_call(&addr, &path, frame(&get)).await;
+        assert_eq!(answer, format!("12: unknown service made.Up{i}"));
+    }
+    let metrics = proxy.metrics().await;
+    assert_eq!(metrics.lines().count(), lines_before, "{metrics}");
+    assert!(
+        metrics.contains("grpc_method=\"unknown\""),
+        "the calls are counted, under one label"
+    );
+}
+
+/// A request whose length prefix is over what the proxy could send on is refused by that prefix, before its
+/// bytes are read: eight at once, each carrying 4 MiB of a claimed 128 MiB, leave the proxy's peak RSS where it
+/// was (it used to read them whole before refusing them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_are_refused_by_their_length_prefix() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let addr = proxy.addr();
+    let peak = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let before_kib = peak(proxy.pid());
+    let claimed: u32 = 128 << 20;
+    let mut frame = vec![0];
+    frame.extend_from_slice(&claimed.to_be_bytes());
+    frame.resize(5 + (4 << 20), b'x');
+    let calls = (0..8).map(|_| raw_call(&addr, "/etcdserverpb.KV/Put", frame.clone()));
+    for answer in futures::future::join_all(calls).await {
+        // --max-send-bytes' default (1.5 MiB) bounds what a client may send, --max-recv-bytes being larger.
+        assert_eq!(
+            answer,
+            format!("8: grpc: received message larger than max ({claimed} vs. 1572864)")
+        );
+    }
+    let grown_kib = peak(proxy.pid()).saturating_sub(before_kib);
+    assert!(
+        grown_kib < 16 * 1024,
+        "peak RSS grew by {grown_kib} KiB while refusing 8 oversized requests"
+    );
+    let mut kv = KvClient::new(channel(&addr).await);
+    kv.put(PutRequest {
+        key: b"after".to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .expect("the proxy serves after refusing them");
+}

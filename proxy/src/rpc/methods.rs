@@ -71,11 +71,11 @@ pub fn route(path: &str) -> Option<Route> {
         ("etcdserverpb.Maintenance", "Status" | "Hash" | "HashKV") => Unary(Read),
         ("etcdserverpb.Maintenance", "Defragment" | "MoveLeader" | "Downgrade") => Unary(Write),
         ("etcdserverpb.Maintenance", "Snapshot") => ServerStream,
-        // Authenticate issues a new token each time: repeating it on another endpoint is harmless.
-        (
-            "etcdserverpb.Auth",
-            "AuthStatus" | "Authenticate" | "UserGet" | "UserList" | "RoleGet" | "RoleList",
-        ) => Unary(Read),
+        ("etcdserverpb.Auth", "AuthStatus" | "UserGet" | "UserList" | "RoleGet" | "RoleList") => {
+            Unary(Read)
+        }
+        // Never repeated once sent: each attempt costs etcd a bcrypt comparison and may issue a token.
+        ("etcdserverpb.Auth", "Authenticate") => Unary(Write),
         (
             "etcdserverpb.Auth",
             "AuthEnable"
@@ -234,5 +234,10 @@ mod tests {
         );
         assert_eq!(unknown("/foo.Bar/Baz").message(), "unknown service foo.Bar");
         assert!(route("/etcdserverpb.KV/Scan").is_none());
+        assert_eq!(
+            route("/etcdserverpb.Auth/Authenticate"),
+            Some(Route::Unary(Repeat::Write)),
+            "each Authenticate costs etcd a bcrypt: never repeated once sent"
+        );
     }
 }

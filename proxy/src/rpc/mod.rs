@@ -35,7 +35,7 @@ pub struct Rpc {
     upstream: Arc<Upstream>,
     watch: Arc<WatchService>,
     lease: Arc<LeaseService>,
-    /// Largest message the proxy accepts from a client.
+    /// Largest message the proxy accepts from a client: `--max-recv-bytes`, at most `--max-send-bytes`.
     max_recv_bytes: usize,
 }
 
@@ -62,7 +62,9 @@ impl Rpc {
                 identity,
             )),
             lease: Arc::new(LeaseService::new(upstream.clone(), metrics.clone())),
-            max_recv_bytes: config.max_recv_bytes,
+            // Whatever a client sends is sent on to etcd, so nothing larger than --max-send-bytes can be served:
+            // refusing it by its length prefix, before its bytes are read, keeps such requests from costing memory.
+            max_recv_bytes: config.max_recv_bytes.min(config.max_send_bytes),
         }
     }
 

@@ -75,9 +75,9 @@ impl Identity {
             name: self.credentials.user.clone(),
             password: self.credentials.password.clone(),
         });
-        // Authenticate only issues a token: repeating it on another endpoint is harmless.
+        // Not repeated once sent: each attempt costs etcd a bcrypt comparison and may issue a token.
         let answer: Result<tonic::Response<AuthenticateResponse>, Status> = upstream
-            .call(Retry::ReadOnly, super::path::AUTHENTICATE, request)
+            .call(Retry::Write, super::path::AUTHENTICATE, request)
             .await;
         let result = match &answer {
             Ok(_) => "token",
