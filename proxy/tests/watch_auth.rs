@@ -47,9 +47,24 @@ async fn watch_with(
     Streaming<WatchResponse>,
     WatchResponse,
 ) {
+    watch_range_with(addr, token, key, b"").await
+}
+
+/// [`watch_with`] on the range from `key` to `range_end`.
+async fn watch_range_with(
+    addr: &str,
+    token: &str,
+    key: &str,
+    range_end: &[u8],
+) -> (
+    mpsc::Sender<WatchRequest>,
+    Streaming<WatchResponse>,
+    WatchResponse,
+) {
     let (tx, rx) = mpsc::channel(4);
     let create = WatchCreateRequest {
         key: key.into(),
+        range_end: range_end.to_vec(),
         ..Default::default()
     };
     tx.send(WatchRequest {
@@ -316,4 +331,59 @@ async fn a_proxy_user_etcd_refuses_ends_watchers_with_etcds_reason() {
             && answer.cancel_reason.contains("authentication failed"),
         "the reason should name the flag and etcd's refusal: {answer:?}"
     );
+}
+
+/// GHSA-xg4h-6gfc-h4m8: etcd before 3.5.33 (every version the test kit has) checks a watch whose `range_end` is
+/// `"\0"` (every key from `key` on) as if it covered `key` alone, so a user who may read only `a` receives writes
+/// to `b`. Directly on etcd the hole shows; through the proxy, in both modes, that watch is refused as etcd refuses
+/// any watch its caller may not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_ended_watch_is_checked_on_the_range_it_really_covers() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let ep = etcd.endpoint(0);
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "reader:readerpw"],
+        &["role", "add", "reada"],
+        &["role", "grant-permission", "reada", "read", "a"],
+        &["user", "grant-role", "reader", "reada"],
+        &["auth", "enable"],
+    ] {
+        etcd.etcdctl(0).ok(args).await;
+    }
+    let per_token = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let own_user = support::proxy::start(&etcd.endpoints(), &["--user=root:rootpw"]).await;
+
+    // Directly: the open-ended watch is created, and a write to `b` reaches a user who may not read `b`.
+    let reader = token(&ep, "reader", "readerpw").await;
+    let (_keep, mut direct, created) = watch_range_with(&ep, &reader, "a", b"\0").await;
+    assert!(
+        created.created && !created.canceled,
+        "etcd {:?} no longer has the hole: {created:?}",
+        binaries.version
+    );
+    let root = token(&ep, "root", "rootpw").await;
+    put_as(&ep, &root, "b", "secret").await;
+    let leaked = next(&mut direct).await;
+    assert_eq!(leaked.events[0].kv.as_ref().unwrap().key, &b"b"[..]);
+
+    // How etcd refuses a watch the reader may not make: the watch of `b` alone.
+    let (_d, _ds, forbidden) = watch_with(&ep, &reader, "b").await;
+    assert!(forbidden.canceled, "{forbidden:?}");
+    for proxy in [&per_token, &own_user] {
+        let addr = proxy.addr();
+        let reader = token(&addr, "reader", "readerpw").await;
+        let (_keep, _stream, answer) = watch_range_with(&addr, &reader, "a", b"\0").await;
+        assert_eq!(
+            refusal_shape(&answer),
+            refusal_shape(&forbidden),
+            "through the proxy the open-ended watch is refused"
+        );
+        // The watch the reader may make still works through the proxy.
+        let (_keep, _stream, allowed) = watch_with(&addr, &reader, "a").await;
+        assert!(allowed.created && !allowed.canceled, "{allowed:?}");
+    }
 }

@@ -1,6 +1,7 @@
-//! Admission of a client watcher when upstream watch streams carry the proxy's own identity (`--user`): etcd no
-//! longer sees the caller's token on the stream, so the proxy asks etcd, with the caller's own token and metadata,
-//! whether that caller may read the watcher's range, before the watcher reaches the hub.
+//! Admission of a client watcher: the proxy asks etcd, with the caller's own token and metadata, whether that
+//! caller may read the watcher's range, before the watcher reaches the hub. Every create is asked when upstream
+//! watch streams carry the proxy's own identity (`--user`: etcd never sees the caller's token); without it, only
+//! creates that etcd itself checks on the wrong range (see `Admission` in the module above).
 //!
 //! The question is a serializable Range of exactly the watched range at a revision far in the future. etcd checks
 //! a Range's read permission (with the same function its Watch uses) before it looks at the revision, so a caller

@@ -31,7 +31,6 @@ use crate::upstream::identity::Identity;
 use crate::upstream::outbound::{OnDrop, Outbound};
 use crate::upstream::{BoxStream, Forwarded, Upstream};
 use actor::{Actor, Command, Registry, UpstreamAuth};
-use admission::Admission;
 use hub::{Hub, HubConfig, StreamId, StreamSink};
 
 /// Requests one client stream may have waiting for its hub: a client that sends creates faster than the hub
@@ -149,10 +148,17 @@ impl WatchService {
             requires_leader: forwarded.requires_leader(),
         };
         let commands = self.open(token, stream, sink);
-        let admission = self
-            .identity
-            .as_ref()
-            .map(|_| (self.upstream.clone(), forwarded));
+        let admission = match (&self.identity, forwarded.token()) {
+            (Some(_), _) => Some(Admission::EveryCreate),
+            (None, Some(_)) => Some(Admission::OpenEndedCreates),
+            // No identity and no token: etcd's auth is off, or etcd refuses the create itself.
+            (None, None) => None,
+        }
+        .map(|which| Gate {
+            upstream: self.upstream.clone(),
+            caller: forwarded,
+            which,
+        });
         tokio::spawn(read_requests(
             request.into_inner(),
             stream,
@@ -173,15 +179,43 @@ impl WatchService {
     }
 }
 
+/// Which creates of a caller the proxy checks with etcd before they reach the hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Upstream streams carry the proxy's own identity (`--user`): etcd never sees the caller's token.
+    EveryCreate,
+    /// Upstream streams carry the caller's token, so etcd checks each create itself, except that etcd before
+    /// 3.5.33, 3.6.14 and 3.7.1 checks a `range_end` of `"\0"` (every key from `key` on) as if it were the single
+    /// key `key` (GHSA-xg4h-6gfc-h4m8): a caller allowed to read one key would receive every later write. Those
+    /// creates are checked on the range they really cover.
+    OpenEndedCreates,
+}
+
+impl Admission {
+    fn checks(self, create: &proto::etcdserverpb::WatchCreateRequest) -> bool {
+        match self {
+            Admission::EveryCreate => true,
+            Admission::OpenEndedCreates => create.range_end == [0],
+        }
+    }
+}
+
+/// What checks a caller's creates: see [`Admission`].
+struct Gate {
+    upstream: Arc<Upstream>,
+    caller: Forwarded,
+    which: Admission,
+}
+
 /// Forwards a client's requests to its hub. A half-close ends only this loop: the watchers keep running, as on
-/// etcd, until the client cancels them or goes away. With `admission` (the proxy's own identity), each create is
-/// first checked with the caller's token; requests stay in order, as etcd handles them.
+/// etcd, until the client cancels them or goes away. The creates the `admission` gate checks are first asked of
+/// etcd with the caller's token; requests stay in order, as etcd handles them.
 async fn read_requests(
     mut inbound: Streaming<WatchRequest>,
     stream: StreamId,
     commands: mpsc::UnboundedSender<Command>,
     abort: mpsc::Sender<Status>,
-    admission: Option<(Arc<Upstream>, Forwarded)>,
+    admission: Option<Gate>,
 ) {
     let places = Arc::new(Semaphore::new(QUEUED_REQUESTS_PER_STREAM));
     while let Some(next) = inbound.next().await {
@@ -194,14 +228,16 @@ async fn read_requests(
         };
         let command = match request.request_union {
             Some(RequestUnion::CreateRequest(request)) => match &admission {
-                None => Command::Create { stream, request },
-                Some((upstream, caller)) => match admit(upstream, caller, stream, request).await {
-                    Ok(command) => command,
-                    Err(status) => {
-                        let _ = abort.try_send(status);
-                        return;
+                Some(gate) if gate.which.checks(&request) => {
+                    match admit(&gate.upstream, &gate.caller, stream, request).await {
+                        Ok(command) => command,
+                        Err(status) => {
+                            let _ = abort.try_send(status);
+                            return;
+                        }
                     }
-                },
+                }
+                _ => Command::Create { stream, request },
             },
             Some(RequestUnion::CancelRequest(cancel)) => Command::Cancel {
                 stream,
@@ -234,8 +270,8 @@ async fn admit(
     request: proto::etcdserverpb::WatchCreateRequest,
 ) -> Result<Command, Status> {
     Ok(match admission::check(upstream, caller, &request).await? {
-        Admission::Admitted => Command::Create { stream, request },
-        Admission::Refused { code, message } => {
+        admission::Admission::Admitted => Command::Create { stream, request },
+        admission::Admission::Refused { code, message } => {
             let refusal = admission::refusal(upstream, code, &message, request.watch_id).await;
             Command::Refuse {
                 stream,
