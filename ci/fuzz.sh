@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the arbitrary-input properties (proxy/tests/arbitrary_input.rs) again and again with new seeds for SECONDS
+# (default 60), FUZZ_CASES cases each (default 5000). CI runs them once, from seed 0, as part of `cargo test`.
+# A failure prints the seed; rerun it with
+#   FUZZ_SEED=<seed> FUZZ_CASES=<cases> cargo test -p proxy --test arbitrary_input
+set -euo pipefail
+cd "$(dirname "$0")/.."
+budget=${1:-60}
+cases=${FUZZ_CASES:-5000}
+cargo test --locked -p proxy --test arbitrary_input --no-run
+deadline=$((SECONDS + budget))
+seed=1
+while ((SECONDS < deadline)); do
+  FUZZ_SEED=$seed FUZZ_CASES=$cases cargo test --locked -q -p proxy --test arbitrary_input >/dev/null 2>&1 || {
+    echo "fuzz: a property failed with FUZZ_SEED=$seed FUZZ_CASES=$cases" >&2
+    FUZZ_SEED=$seed FUZZ_CASES=$cases cargo test --locked -p proxy --test arbitrary_input
+    exit 1
+  }
+  seed=$((seed + 1))
+done
+echo "fuzz: $((seed - 1)) seeds of $cases cases per property, no failure"
