@@ -1,0 +1,90 @@
+//! What idle clients cost the proxy: memory per idle HTTP/2 connection, and per open Watch stream that never
+//! reads, measured from the proxy's RSS with a thousand of each open. The bounds are the ones README.md documents
+//! (measured: about 16 KiB per idle connection, most of it h2's per-connection buffers, and 21 KiB per stream
+//! with one watcher); they fail when a change makes either cost grow by half.
+
+mod support;
+
+use proto::etcdserverpb::watch_client::WatchClient;
+use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, watch_request::RequestUnion};
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// An HTTP/2 connection to `addr` that has done its handshake and then does nothing.
+async fn idle_connection(
+    addr: &str,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    let stream = proxy::net::Net::connect(&proxy::net::TokioNet, addr.to_owned())
+        .await
+        .expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    sender.ready().await.expect("ready");
+    sender
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_and_unread_streams_cost_little_memory() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let addr = proxy.addr();
+    const CONNECTIONS: usize = 1000;
+    let before = rss_kib(proxy.pid());
+    let mut idle = Vec::new();
+    for _ in 0..CONNECTIONS {
+        idle.push(idle_connection(&addr).await);
+    }
+    let with_connections = rss_kib(proxy.pid());
+    let per_connection = (with_connections.saturating_sub(before)) as f64 / CONNECTIONS as f64;
+    eprintln!(
+        "idle connections: {before} KiB -> {with_connections} KiB, {per_connection:.2} KiB each"
+    );
+    assert!(
+        per_connection < 24.0,
+        "{per_connection:.1} KiB per idle connection, README.md says under 24"
+    );
+
+    const STREAMS: usize = 1000;
+    let channel = support::grpc::channel(&addr).await;
+    let mut streams = Vec::new();
+    for i in 0..STREAMS {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: format!("w{i}").into_bytes(),
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+        let response = WatchClient::new(channel.clone())
+            .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap();
+        streams.push((tx, response));
+    }
+    let with_streams = rss_kib(proxy.pid());
+    let per_stream = (with_streams.saturating_sub(with_connections)) as f64 / STREAMS as f64;
+    eprintln!(
+        "unread watch streams: {with_connections} KiB -> {with_streams} KiB, {per_stream:.2} KiB each"
+    );
+    assert!(
+        per_stream < 32.0,
+        "{per_stream:.1} KiB per unread watch stream, README.md says under 32"
+    );
+    // Both kinds of client are still there (and the proxy serves them) when measured.
+    assert_eq!(idle.len(), CONNECTIONS);
+    assert_eq!(proxy.health().await.map(|(code, _)| code), Ok(200));
+}
