@@ -809,6 +809,19 @@ impl Hub {
             .find(|slot| slot.watch_id == Some(watch_id))
         {
             slot.responses.push(response);
+            // Responses held behind a create etcd has not answered count against the stream's buffer too, so that
+            // a create etcd is slow to answer cannot make the proxy hold an unbounded backlog for later watchers.
+            let held: usize = stream.slots.iter().map(|slot| slot.responses.len()).sum();
+            let capacity = stream.sink.responses.max_capacity();
+            if held > capacity {
+                self.end_stream(
+                    stream_id,
+                    format!(
+                        "etcd-grpc-proxy: watch stream closed: more than {capacity} responses waited for an earlier \
+                         create's answer (see --watch-buffer-size)"
+                    ),
+                );
+            }
         }
     }
 
@@ -879,14 +892,24 @@ impl Hub {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 let capacity = stream.sink.responses.max_capacity();
-                let _ = stream.sink.abort.try_send(Status::resource_exhausted(format!(
-                    "etcd-grpc-proxy: watch stream closed: the client did not read its responses \
-                     (buffer of {capacity} responses full, see --watch-buffer-size)"
-                )));
-                self.close_stream(stream_id);
+                self.end_stream(
+                    stream_id,
+                    format!(
+                        "etcd-grpc-proxy: watch stream closed: the client did not read its responses \
+                         (buffer of {capacity} responses full, see --watch-buffer-size)"
+                    ),
+                );
             }
             Err(mpsc::error::TrySendError::Closed(_)) => self.close_stream(stream_id),
         }
+    }
+
+    /// Ends a client stream with ResourceExhausted and `why`: it would hold more than its buffer allows.
+    fn end_stream(&mut self, stream_id: StreamId, why: String) {
+        if let Some(stream) = self.streams.get(&stream_id) {
+            let _ = stream.sink.abort.try_send(Status::resource_exhausted(why));
+        }
+        self.close_stream(stream_id);
     }
 
     /// Adds this hub's change in watcher counts to the proxy-wide gauges (several hubs share them).

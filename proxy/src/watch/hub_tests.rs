@@ -653,3 +653,28 @@ fn ending_all_tells_running_and_waiting_watchers_why() {
     );
     assert!(!hub.needs_upstream());
 }
+
+#[test]
+fn responses_held_behind_an_unanswered_create_are_bounded_by_the_stream_buffer() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 4);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    a.received();
+    // A create etcd does not answer, then a watcher that joins at once: its events wait behind the first answer.
+    hub.create(a.id, watch("j", 0));
+    hub.create(a.id, watch("k", 11));
+    assert_eq!(sent(&mut hub), vec!["create 2 from 0"]);
+    a.received();
+    for revision in 11..14 {
+        hub.upstream_response(put(1, "k", revision));
+    }
+    // The announced watcher took its 3 events; the waiting one holds its Created answer and 3 events: the limit.
+    assert_eq!(a.received().len(), 3);
+    assert!(a.abort.try_recv().is_err(), "at the limit the stream lives");
+    hub.upstream_response(put(1, "k", 14));
+    let why = a.abort.try_recv().expect("past the limit the stream ends");
+    assert_eq!(why.code(), tonic::Code::ResourceExhausted);
+    assert!(why.message().contains("--watch-buffer-size"), "{why:?}");
+}
