@@ -311,3 +311,54 @@ async fn count_only_and_refused_requests_are_answered_as_etcd_3_7_does() {
         )
     );
 }
+
+/// A stream the proxy builds from Range pages ends, between two pages, with Unavailable when the proxy shuts down
+/// (the client then lists again elsewhere), as relayed streams do, instead of running on through the shutdown.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_emulated_stream_ends_with_unavailable_when_the_proxy_shuts_down() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &["--max-send-bytes=2048"]).await;
+    let mut etcd = KvClient::new(support::grpc::channel(&cluster.endpoint(0)).await);
+    for i in 0..200 {
+        etcd.put(PutRequest {
+            key: format!("s/{i:03}").into_bytes(),
+            value: vec![b'v'; 500],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let mut through = KvClient::new(small_window_channel(&proxy.addr()).await);
+    let mut stream = through
+        .range_stream(RangeRequest {
+            key: b"s/".to_vec(),
+            range_end: b"s0".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    let first_keys = first.range_response.unwrap().kvs.len();
+    assert!(first_keys < 200, "one chunk cannot hold the range");
+    proxy.terminate();
+    let mut keys = first_keys;
+    let end = loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), stream.next()).await {
+            Ok(Some(Ok(chunk))) => keys += chunk.range_response.unwrap().kvs.len(),
+            Ok(Some(Err(status))) => break status,
+            Ok(None) => {
+                panic!("the stream ended cleanly with {keys} of 200 keys after the shutdown began")
+            }
+            Err(_) => panic!("the stream neither ended nor went on within 30 s of the shutdown"),
+        }
+    };
+    assert_eq!(
+        (end.code(), end.message()),
+        (Code::Unavailable, "etcd-grpc-proxy: shutting down")
+    );
+    assert!(keys < 200, "{keys}");
+}

@@ -119,6 +119,11 @@ impl ProxyProcess {
         self.process.pid()
     }
 
+    /// Asks it to shut down gracefully (SIGTERM).
+    pub fn terminate(&self) {
+        self.process.terminate();
+    }
+
     /// `GET /metrics`: the Prometheus text; panics unless it answers 200.
     pub async fn metrics(&self) -> String {
         match http::get(&self.addr, "/metrics").await {

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::uri::PathAndQuery;
 use prost::Message;
 use proto::etcdserverpb::{RangeRequest, RangeResponse, RangeStreamResponse, range_request};
+use tokio::sync::watch;
 use tonic::{Code, Request, Response, Status};
 
 use crate::upstream::{BoxStream, Forwarded, Retry, Upstream, path};
@@ -122,6 +123,9 @@ struct Pages {
     sent: i64,
     /// The store revision of the first page, which every page's header would say.
     header_revision: Option<i64>,
+    /// Becomes true when the proxy shuts down: the stream then ends, between two pages, with Unavailable (so the
+    /// client lists again elsewhere), as relayed streams do.
+    shutdown: watch::Receiver<bool>,
     done: bool,
 }
 
@@ -134,6 +138,7 @@ impl Pages {
         };
         range.limit = FIRST_CHUNK_LIMIT.min(total_limit);
         Self {
+            shutdown: upstream.shutdown_signal(),
             upstream,
             forwarded,
             range,
@@ -147,6 +152,10 @@ impl Pages {
     async fn next(&mut self) -> Option<Result<Bytes, Status>> {
         if self.done {
             return None;
+        }
+        if *self.shutdown.borrow() {
+            self.done = true;
+            return Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down")));
         }
         let chunk = self.next_chunk().await;
         self.done = !matches!(chunk, Ok((_, false)));
