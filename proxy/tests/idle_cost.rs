@@ -9,25 +9,14 @@ use proto::etcdserverpb::watch_client::WatchClient;
 use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, watch_request::RequestUnion};
 
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    support::net::proc_status_kib(pid, "VmRSS")
 }
 
 /// An HTTP/2 connection to `addr` that has done its handshake and then does nothing.
 async fn idle_connection(
     addr: &str,
 ) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
-    let stream = proxy::net::Net::connect(&proxy::net::TokioNet, addr.to_owned())
-        .await
-        .expect("connect");
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("HTTP/2 handshake");
-    tokio::spawn(connection);
+    let mut sender = support::net::http2(addr).await;
     sender.ready().await.expect("ready");
     sender
 }

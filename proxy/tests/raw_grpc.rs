@@ -511,16 +511,7 @@ async fn range_requiring_leader(addr: &str) -> Result<(), String> {
 /// as "grpc-status: message", from the trailers or a trailers-only answer.
 async fn raw_call(addr: &str, path: &str, frame: Vec<u8>) -> String {
     use http_body_util::BodyExt;
-    let stream = proxy::net::Net::connect(&proxy::net::TokioNet, addr.to_owned())
-        .await
-        .expect("connect");
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("HTTP/2 handshake");
-    tokio::spawn(connection);
+    let mut sender = support::net::http2(addr).await;
     let request = http::Request::post(format!("http://{addr}{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
@@ -682,11 +673,7 @@ async fn oversized_requests_are_refused_by_their_length_prefix() {
     let etcd = support::cluster(&binaries, 1, &[]).await;
     let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let addr = proxy.addr();
-    let peak = |pid: u32| -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    };
+    let peak = |pid: u32| support::net::proc_status_kib(pid, "VmHWM");
     let before_kib = peak(proxy.pid());
     let claimed: u32 = 128 << 20;
     let mut frame = vec![0];

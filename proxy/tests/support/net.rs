@@ -30,3 +30,37 @@ pub async fn is_listening(addr: &str) -> bool {
         .await
         .is_ok_and(|r| r.is_ok())
 }
+
+/// A plain HTTP/2 connection to `addr` (handshake done, driven by a task of its own), for requests made by hand.
+pub async fn http2<B>(addr: &str) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS`, `VmHWM`, ...).
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable {line:?}"))
+}
