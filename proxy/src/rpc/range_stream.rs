@@ -28,14 +28,11 @@ pub async fn serve(
 ) -> Result<Response<BoxStream<Bytes>>, Status> {
     let forwarded = Forwarded::capture(&request);
     let bytes = request.into_inner();
-    let range = match RangeRequest::decode(bytes.clone()) {
-        Ok(range) => {
-            check(&range)?;
-            Some(range)
-        }
-        // Bytes the proxy cannot read go to etcd to judge, as etcd 3.7 words it.
-        Err(_) => None,
-    };
+    // Bytes the proxy cannot read go to etcd to judge; only an etcd without RangeStream gets the proxy's words.
+    let range = RangeRequest::decode(bytes.clone());
+    if let Ok(range) = &range {
+        check(range)?;
+    }
     let (index, _) = upstream.active();
     if !upstream.lacks_range_stream(index) {
         let relayed = upstream
@@ -54,12 +51,8 @@ pub async fn serve(
             answered => return answered,
         }
     }
-    let Some(range) = range else {
-        let err = RangeRequest::decode(bytes).expect_err("did not decode above");
-        return Err(Status::internal(format!(
-            "grpc: error unmarshalling request: {err}"
-        )));
-    };
+    let range = range
+        .map_err(|err| Status::internal(format!("grpc: error unmarshalling request: {err}")))?;
     let pages = Pages::new(upstream.clone(), forwarded, range);
     Ok(Response::new(Box::pin(futures::stream::unfold(
         pages,
