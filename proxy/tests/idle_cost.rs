@@ -58,11 +58,19 @@ async fn idle_connections_and_unread_streams_cost_little_memory() {
         })
         .await
         .unwrap();
-        let response = WatchClient::new(channel.clone())
+        let mut responses = WatchClient::new(channel.clone())
             .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await
-            .unwrap();
-        streams.push((tx, response));
+            .unwrap()
+            .into_inner();
+        // Its Created answer says the watcher exists in the proxy before it is measured; nothing is read after.
+        let created = tokio::time::timeout(std::time::Duration::from_secs(30), responses.message())
+            .await
+            .expect("a Created answer in time")
+            .expect("the stream is open")
+            .expect("an answer");
+        assert!(created.created, "{created:?}");
+        streams.push((tx, responses));
     }
     let with_streams = rss_kib(proxy.pid());
     let per_stream = (with_streams.saturating_sub(with_connections)) as f64 / STREAMS as f64;
