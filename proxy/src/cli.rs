@@ -62,6 +62,10 @@ struct StartArgs {
     /// Password of --user (when not given in --user itself)
     #[arg(long)]
     password: Option<String>,
+    /// Prefix of every key clients read and write: each client sees a whole keyspace that is really the part of
+    /// etcd's under this prefix (any bytes; empty: no namespace)
+    #[arg(long, default_value = "", value_parser = clap::builder::OsStringValueParser::new())]
+    namespace: std::ffi::OsString,
     /// Seed of the proxy's random choices (default: drawn from the OS at start and logged)
     #[arg(long)]
     seed: Option<u64>,
@@ -76,7 +80,6 @@ const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
     ("advertise-client-url", ""),
     ("resolver-prefix", ""),
     ("resolver-ttl", "0"),
-    ("namespace", ""),
     ("metrics-addr", ""),
     ("endpoints-auto-sync-interval", "0s"),
     ("discovery-srv", ""),
@@ -216,6 +219,8 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     config.watch_buffer_size = args.watch_buffer_size;
     config.watch_max_join_lag = i64::from(args.watch_max_join_lag);
     config.user = credentials(args.user, args.password)?;
+    // Taken as bytes, as etcd takes it: a prefix need not be UTF-8.
+    config.namespace = std::os::unix::ffi::OsStrExt::as_bytes(args.namespace.as_os_str()).to_vec();
     Ok(Cli {
         config,
         debug: args.debug,
@@ -363,15 +368,27 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_is_any_bytes_the_shell_can_pass() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt;
+        assert!(parse_ok(&["start"]).config.namespace.is_empty());
+        let raw = OsString::from_vec(b"--namespace=a\xff\x00/".to_vec());
+        let cli = parse(
+            [
+                OsString::from("etcd-grpc-proxy"),
+                OsString::from("start"),
+                raw,
+            ],
+            || 7,
+        )
+        .unwrap();
+        assert_eq!(cli.config.namespace, b"a\xff\x00/");
+    }
+
+    #[test]
     fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&[
-            "start",
-            "--namespace=",
-            "--auto-tls=false",
-            "--advertise-client-url=",
-        ]);
+        parse_ok(&["start", "--auto-tls=false", "--advertise-client-url="]);
         for flag in [
-            "--namespace=/app",
             "--auto-tls",
             "--cert-file=x.pem",
             "--metrics-addr=http://127.0.0.1:1",

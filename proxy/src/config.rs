@@ -132,6 +132,8 @@ pub struct Config {
     pub watch_max_join_lag: i64,
     /// The proxy's own etcd identity (`--user`, `--password`), for upstream watch streams.
     pub user: Option<Credentials>,
+    /// `--namespace`: the prefix under which clients' keys live in etcd; empty for none.
+    pub namespace: Vec<u8>,
     /// Seed of every random choice the proxy makes, so that a run can be reproduced.
     pub seed: u64,
     /// How long graceful shutdown waits for in-flight calls before closing connections.
@@ -161,6 +163,7 @@ impl Config {
             watch_buffer_size: DEFAULT_WATCH_BUFFER_SIZE,
             watch_max_join_lag: 0,
             user: None,
+            namespace: Vec::new(),
             seed,
             shutdown_grace: Duration::from_secs(10),
         }

@@ -8,6 +8,8 @@
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
+//! - [`namespace`]: `--namespace`: every key clients send gets the prefix, every key they receive loses it.
+//! - [`wire`]: reads and edits the protobuf wire format field by field, without decoding whole messages.
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
@@ -22,11 +24,13 @@ pub mod error;
 pub mod health;
 pub mod lease;
 pub mod metrics;
+pub mod namespace;
 pub mod net;
 pub mod rpc;
 pub mod server;
 pub mod upstream;
 pub mod watch;
+pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;

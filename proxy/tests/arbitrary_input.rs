@@ -15,8 +15,8 @@ use proto::etcdserverpb::{
 use proxy::config::Endpoint;
 use proxy::rpc::methods::{self, Repeat};
 use proxy::rpc::range_stream;
-use proxy::rpc::wire;
 use proxy::upstream::Retry;
+use proxy::wire;
 
 /// A runner from `FUZZ_SEED` (default 0) with `FUZZ_CASES` cases; a failure names the seed to rerun with.
 fn runner() -> (TestRunner, u64) {

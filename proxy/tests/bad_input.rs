@@ -70,7 +70,6 @@ async fn malformed_endpoints_are_rejected_with_the_endpoint_named() {
 async fn unsupported_flags_are_rejected_as_not_supported() {
     let dead = dead_endpoint();
     for flag in [
-        "--namespace=/a",
         "--cert-file=x",
         "--key-file=x",
         "--trusted-ca-file=x",

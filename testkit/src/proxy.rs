@@ -76,7 +76,7 @@ pub struct ProxyProcess {
 impl ProxyProcess {
     /// Starts `BIN start --endpoints=E1,E2.. --listen-addr=127.0.0.1:PORT FLAGS..` and waits (with a deadline)
     /// until `GET /health` answers 200.
-    pub async fn start<S: AsRef<str>>(
+    pub async fn start<S: AsRef<std::ffi::OsStr>>(
         bin: &Path,
         endpoints: &[String],
         flags: &[S],
@@ -85,7 +85,7 @@ impl ProxyProcess {
     }
 
     /// Like [`ProxyProcess::start`], with environment variables set for it (e.g. `RUST_LOG`).
-    pub async fn start_with_env<S: AsRef<str>>(
+    pub async fn start_with_env<S: AsRef<std::ffi::OsStr>>(
         bin: &Path,
         endpoints: &[String],
         flags: &[S],

@@ -5,8 +5,8 @@
 
 use tonic::Status;
 
-use super::wire::{self, Value};
 use crate::upstream::Retry;
+use crate::wire::{self, Value};
 
 /// How the proxy serves one method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

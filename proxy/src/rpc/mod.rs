@@ -3,12 +3,10 @@
 //! served from Range ([`range_stream`]); Watch and LeaseKeepAlive handed to their coalescers.
 //!
 //! - [`methods`]: etcd 3.7.1's methods by path, and whether a call may be repeated on another endpoint.
-//! - [`wire`]: reads the few request fields that decision needs, without decoding the message.
 //! - [`range_stream`]: RangeStream for an etcd that does not serve it (before 3.7).
 
 pub mod methods;
 pub mod range_stream;
-pub mod wire;
 
 use std::sync::Arc;
 
@@ -23,6 +21,7 @@ use tonic_prost::ProstCodec;
 use crate::config::Config;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
+use crate::namespace::{CallKeys, Namespace};
 use crate::upstream::Upstream;
 use crate::upstream::codec::RawCodec;
 use crate::upstream::identity::Identity;
@@ -35,6 +34,8 @@ pub struct Rpc {
     upstream: Arc<Upstream>,
     watch: Arc<WatchService>,
     lease: Arc<LeaseService>,
+    /// `--namespace`, when given.
+    namespace: Option<Arc<Namespace>>,
     /// Largest message the proxy accepts from a client: `--max-recv-bytes`, at most `--max-send-bytes`.
     max_recv_bytes: usize,
 }
@@ -52,6 +53,7 @@ impl Rpc {
             .user
             .clone()
             .map(|credentials| Identity::new(credentials, metrics.clone()));
+        let namespace = Namespace::new(&config.namespace).map(Arc::new);
         Self {
             upstream: upstream.clone(),
             watch: Arc::new(WatchService::new(
@@ -60,8 +62,10 @@ impl Rpc {
                 watch_config,
                 config.watch_buffer_size,
                 identity,
+                namespace.clone(),
             )),
             lease: Arc::new(LeaseService::new(upstream.clone(), metrics.clone())),
+            namespace,
             // Whatever a client sends is sent on to etcd, so nothing larger than --max-send-bytes can be served:
             // refusing it by its length prefix, before its bytes are read, keeps such requests from costing memory.
             max_recv_bytes: config.max_recv_bytes.min(config.max_send_bytes),
@@ -79,21 +83,34 @@ impl Rpc {
             return methods::unknown(path.path()).into_http();
         };
         let upstream = self.upstream.clone();
+        let keys = CallKeys::of(self.namespace.as_ref(), path.path());
         match route {
             Route::Unary(repeat) => {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {
-                    let (upstream, path) = (upstream.clone(), path.clone());
+                    let (upstream, path, keys) = (upstream.clone(), path.clone(), keys.clone());
                     async move {
+                        let Some(keys) = keys else {
+                            let retry = repeat.retry(request.get_ref());
+                            return upstream.unary(retry, path, request).await;
+                        };
+                        let request = keys.request(request)?;
                         let retry = repeat.retry(request.get_ref());
-                        upstream.unary(retry, path, request).await
+                        keys.answer(upstream.unary(retry, path, request).await?)
                     }
                 });
                 self.limited(RawCodec).unary(relay, request).await
             }
             Route::ServerStream => {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {
-                    let (upstream, path) = (upstream.clone(), path.clone());
-                    async move { upstream.server_stream(path, request).await }
+                    let (upstream, path, keys) = (upstream.clone(), path.clone(), keys.clone());
+                    async move {
+                        let Some(keys) = keys else {
+                            return upstream.server_stream(path, request).await;
+                        };
+                        let request = keys.request(request)?;
+                        let answers = upstream.server_stream(path, request).await?;
+                        Ok(keys.answers(answers))
+                    }
                 });
                 self.limited(RawCodec)
                     .server_streaming(relay, request)
@@ -101,8 +118,15 @@ impl Rpc {
             }
             Route::RangeStream => {
                 let serve = tower::service_fn(move |request: Request<Bytes>| {
-                    let upstream = upstream.clone();
-                    async move { range_stream::serve(&upstream, request).await }
+                    let (upstream, keys) = (upstream.clone(), keys.clone());
+                    async move {
+                        let Some(keys) = keys else {
+                            return range_stream::serve(&upstream, request).await;
+                        };
+                        let request = keys.request(request)?;
+                        let answers = range_stream::serve(&upstream, request).await?;
+                        Ok(keys.answers(answers))
+                    }
                 });
                 self.limited(RawCodec)
                     .server_streaming(serve, request)

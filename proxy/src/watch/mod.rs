@@ -27,6 +27,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
+use crate::namespace::Namespace;
 use crate::upstream::identity::Identity;
 use crate::upstream::outbound::{OnDrop, Outbound};
 use crate::upstream::{BoxStream, Forwarded, Upstream};
@@ -47,6 +48,9 @@ pub struct WatchService {
     /// The proxy's own identity (`--user`): upstream streams carry its token, and callers are admitted by a check
     /// of theirs.
     identity: Option<Arc<Identity>>,
+    /// `--namespace`: creates get its prefix before the hub sees them (hubs work on etcd's keys), events lose it
+    /// on their way to each client.
+    namespace: Option<Arc<Namespace>>,
     hubs: Registry,
     next_stream: AtomicU64,
 }
@@ -60,6 +64,7 @@ impl WatchService {
         config: HubConfig,
         buffer: usize,
         identity: Option<Arc<Identity>>,
+        namespace: Option<Arc<Namespace>>,
     ) -> Self {
         Self {
             upstream,
@@ -67,6 +72,7 @@ impl WatchService {
             config,
             buffer: buffer.max(1),
             identity,
+            namespace,
             hubs: Registry::default(),
             next_stream: AtomicU64::new(1),
         }
@@ -165,6 +171,7 @@ impl WatchService {
             commands.clone(),
             abort,
             admission,
+            self.namespace.clone(),
         ));
         let outbound = Outbound {
             items: responses_rx,
@@ -175,7 +182,12 @@ impl WatchService {
         let close = OnDrop(move || {
             let _ = commands.send(Command::Close { stream });
         });
-        Ok(Response::new(outbound.into_stream(Ok, close)))
+        let namespace = self.namespace.clone();
+        let to_client = move |response| match &namespace {
+            Some(namespace) => namespace.watch_response(response),
+            None => Ok(response),
+        };
+        Ok(Response::new(outbound.into_stream(to_client, close)))
     }
 }
 
@@ -216,6 +228,7 @@ async fn read_requests(
     commands: mpsc::UnboundedSender<Command>,
     abort: mpsc::Sender<Status>,
     admission: Option<Gate>,
+    namespace: Option<Arc<Namespace>>,
 ) {
     let places = Arc::new(Semaphore::new(QUEUED_REQUESTS_PER_STREAM));
     while let Some(next) = inbound.next().await {
@@ -227,18 +240,23 @@ async fn read_requests(
             }
         };
         let command = match request.request_union {
-            Some(RequestUnion::CreateRequest(request)) => match &admission {
-                Some(gate) if gate.which.checks(&request) => {
-                    match admit(&gate.upstream, &gate.caller, stream, request).await {
-                        Ok(command) => command,
-                        Err(status) => {
-                            let _ = abort.try_send(status);
-                            return;
+            Some(RequestUnion::CreateRequest(mut request)) => {
+                if let Some(namespace) = &namespace {
+                    namespace.watch_create(&mut request);
+                }
+                match &admission {
+                    Some(gate) if gate.which.checks(&request) => {
+                        match admit(&gate.upstream, &gate.caller, stream, request).await {
+                            Ok(command) => command,
+                            Err(status) => {
+                                let _ = abort.try_send(status);
+                                return;
+                            }
                         }
                     }
+                    _ => Command::Create { stream, request },
                 }
-                _ => Command::Create { stream, request },
-            },
+            }
             Some(RequestUnion::CancelRequest(cancel)) => Command::Cancel {
                 stream,
                 watch_id: cancel.watch_id,

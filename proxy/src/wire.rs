@@ -1,6 +1,6 @@
-//! Reads the protobuf wire format just far enough for the proxy's decisions (is this Txn read-only?), without
-//! decoding a message into a struct: a message is a sequence of (field number, value) pairs, and a field the
-//! proxy does not look at is skipped over, not interpreted.
+//! Reads the protobuf wire format just far enough for the proxy's decisions (is this Txn read-only?) and edits
+//! (the keys `--namespace` rewrites), without decoding a message into a struct: a message is a sequence of
+//! (field number, value) pairs, and a field the proxy does not look at is skipped over, or copied as it came.
 
 /// One field's value, by wire type. Nested messages, strings and bytes are all `Bytes` (wire type 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,34 @@ pub struct Malformed;
 /// The fields of one message, in the order they were written.
 pub fn fields(message: &[u8]) -> Fields<'_> {
     Fields { rest: message }
+}
+
+/// The fields of one message with the bytes each was written as (tag included), to copy the ones an edit leaves.
+pub fn fields_with_bytes(
+    message: &[u8],
+) -> impl Iterator<Item = Result<(u32, Value<'_>, &[u8]), Malformed>> {
+    let mut fields = fields(message);
+    std::iter::from_fn(move || {
+        let before = fields.rest;
+        let field = fields.next()?;
+        let written = &before[..before.len() - fields.rest.len()];
+        Some(field.map(|(number, value)| (number, value, written)))
+    })
+}
+
+/// Appends a length-delimited field (bytes, a string or a nested message).
+pub fn put_bytes(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
+    put_varint(out, u64::from(number) << 3 | 2);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 /// See [`fields`]. Yields one `Err` and then stops when the bytes are malformed.
@@ -127,6 +155,28 @@ mod tests {
         let bytes = [0x79, 1, 0, 0, 0, 0, 0, 0, 0, 0x85, 0x01, 2, 0, 0, 0];
         let read: Vec<_> = fields(&bytes).collect::<Result<_, _>>().unwrap();
         assert_eq!(read, vec![(15, Value::Fixed64(1)), (16, Value::Fixed32(2))]);
+    }
+
+    #[test]
+    fn fields_come_with_their_bytes_and_written_fields_read_back() {
+        let put = PutRequest {
+            key: vec![b'k'; 200],
+            lease: 300,
+            ..Default::default()
+        };
+        let bytes = put.encode_to_vec();
+        let mut copied = Vec::new();
+        for field in fields_with_bytes(&bytes) {
+            let (number, value, written) = field.unwrap();
+            match (number, value) {
+                (1, Value::Bytes(key)) => put_bytes(&mut copied, 1, key),
+                _ => copied.extend_from_slice(written),
+            }
+        }
+        assert_eq!(copied, bytes, "a 200-byte key needs a two-byte length");
+        let mut empty = Vec::new();
+        put_bytes(&mut empty, 16, b"");
+        assert_eq!(empty, [0x82, 0x01, 0x00]);
     }
 
     #[test]
