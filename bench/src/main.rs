@@ -46,6 +46,9 @@ struct Args {
     /// --scenario says otherwise, each on a fresh stack, and judges them against the issues' targets in the report.
     #[arg(long)]
     scale: bool,
+    /// Runs both proxies with this `--namespace` (clients of direct etcd use its keys unprefixed).
+    #[arg(long, default_value = "")]
+    namespace: String,
     /// A fresh etcd and fresh proxies for every scenario case (implied by --scale).
     #[arg(long)]
     fresh_stack: bool,
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         out_dir: args.out_dir,
         etcds: args.etcds,
         proxy_bin: args.proxy_bin.unwrap_or_default(),
+        namespace: args.namespace,
         scenarios: match (args.scenarios.is_empty(), args.scale) {
             (false, _) => args.scenarios,
             (true, true) => vec![Scenario::WatchFanout, Scenario::LeaseKeepalive],

@@ -296,6 +296,8 @@ pub struct Plan {
     /// A fresh etcd and fresh proxies for every scenario case, so that each proxy's memory and upstream streams
     /// are measured from a clean start rather than after earlier scenarios.
     pub fresh_stack: bool,
+    /// `--namespace` for both proxies (none when empty): what a namespace costs each of them.
+    pub namespace: String,
     /// Judge the watch and lease scenarios against the targets of issues 5 and 6 in the report.
     pub check_targets: bool,
 }

@@ -104,7 +104,7 @@ async fn start_stack(
         "bench: etcd {}: starting etcd, its Go proxy and this proxy",
         etcd.version
     );
-    let stack = Stack::start(etcd, &plan.proxy_bin).await?;
+    let stack = Stack::start(etcd, &plan.proxy_bin, &plan.namespace).await?;
     if result.idle_rss_mib.is_empty() {
         for target in [Target::GoProxy, Target::RustProxy] {
             if let Some(pid) = stack.proxy(target).map(|p| p.pid())

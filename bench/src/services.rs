@@ -50,7 +50,12 @@ pub struct GoProxy {
 impl GoProxy {
     /// Starts it in front of `upstream` with its data and log in `dir`, and waits (with a deadline) until
     /// `GET /health` answers 200.
-    pub async fn start(etcd_bin: &Path, upstream: &str, dir: &Path) -> Result<Self, String> {
+    pub async fn start(
+        etcd_bin: &Path,
+        upstream: &str,
+        dir: &Path,
+        flags: &[String],
+    ) -> Result<Self, String> {
         let port = testkit::try_free_port().map_err(|e| format!("a free loopback port: {e}"))?;
         let addr = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(etcd_bin);
@@ -61,7 +66,8 @@ impl GoProxy {
             .arg(format!("--endpoints={upstream}"))
             .arg(format!("--listen-addr={addr}"))
             .arg(format!("--advertise-client-url={addr}"))
-            .arg(format!("--data-dir={}", dir.join("go-proxy").display()));
+            .arg(format!("--data-dir={}", dir.join("go-proxy").display()))
+            .args(flags);
         let mut process = Process::spawn("etcd's Go grpc-proxy", cmd, &dir.join("go-proxy.log"))?;
         process
             .wait_http(&addr, "/health", GO_PROXY_READY_TIMEOUT, |code, _| {
@@ -82,22 +88,27 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Starts a fresh etcd from `etcd`, then both proxies in front of it.
-    pub async fn start(etcd: &EtcdBinary, proxy_bin: &Path) -> Result<Self, String> {
+    /// Starts a fresh etcd from `etcd`, then both proxies in front of it, both with `--namespace` if not empty.
+    pub async fn start(
+        etcd: &EtcdBinary,
+        proxy_bin: &Path,
+        namespace: &str,
+    ) -> Result<Self, String> {
+        let flags: Vec<String> = (!namespace.is_empty())
+            .then(|| format!("--namespace={namespace}"))
+            .into_iter()
+            .collect();
         let binaries = etcd.binaries()?;
         let cluster = EtcdCluster::start(&binaries, 1, &["--log-level=warn"]).await?;
         let upstream = cluster.endpoint(0);
         let etcd_pid = cluster
             .pid(0)
             .ok_or_else(|| format!("etcd {} on {upstream} is not running", etcd.version))?;
-        let go_proxy = GoProxy::start(&binaries.etcd, &upstream, &cluster.scratch_dir()).await?;
-        let rust_proxy = ProxyProcess::start_with_env(
-            proxy_bin,
-            &[upstream],
-            &[] as &[&str],
-            &[("RUST_LOG", "warn")],
-        )
-        .await?;
+        let go_proxy =
+            GoProxy::start(&binaries.etcd, &upstream, &cluster.scratch_dir(), &flags).await?;
+        let rust_proxy =
+            ProxyProcess::start_with_env(proxy_bin, &[upstream], &flags, &[("RUST_LOG", "warn")])
+                .await?;
         Ok(Self {
             rust_proxy,
             go_proxy,

@@ -21,6 +21,7 @@ fn quick_plan(etcd: Binaries, out_dir: &Path) -> Plan {
         }],
         // The release build, built (or confirmed up to date) by cargo first, so the test never runs a stale proxy.
         proxy_bin: testkit::proxy::binary().expect("the proxy's release binary"),
+        namespace: String::new(),
         scenarios: Scenario::ALL.to_vec(),
         sizes: Sizes::quick(),
         timing: Timing::quick(),
