@@ -13,7 +13,8 @@
 //! - [`topology`]: host names and ports; tonic channels and `etcd-client` clients over the simulated network.
 //! - [`fault`]: seeded fault plans (crash/restart, partitions both ways and one way, held links, latency and
 //!   jitter, proxy restarts) and their application.
-//! - [`world`]: one simulated world and its run loop; stops the proxy at the end and counts its leftover tasks.
+//! - [`world`]: one simulated world (one proxy, or several with their own configurations) and its run loop; stops
+//!   the proxies at the end and counts their leftover tasks.
 //! - [`scenario`]: the scenarios and their clients (watchers, callers, lease keepers, direct writers).
 //! - [`check`]: the invariant checkers, pure functions over histories.
 //! - [`trace`], [`seeds`]: the event trace and its digest; `SIM_SEED` / `SIM_SEEDS` and regression seeds.

@@ -1,6 +1,7 @@
-//! One simulated world: the model members, the production proxy (`proxy::run` over [`TurmoilNet`]), the clients a
-//! scenario adds, and the fault plan. [`World::run`] steps virtual time, applies faults when due, and at the end
-//! shuts the proxy down and checks that it stopped cleanly with no task left behind.
+//! One simulated world: the model members, the production proxy (`proxy::run` over [`TurmoilNet`]; or several,
+//! each on its own host with its own configuration), the clients a scenario adds, and the fault plan.
+//! [`World::run`] steps virtual time, applies faults when due, and at the end shuts the proxies down and checks that
+//! they stopped cleanly with no task left behind.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,12 +44,15 @@ pub struct World<'a> {
     plan: FaultPlan,
     stop_proxy: watch::Sender<bool>,
     proxy_exits: Arc<Mutex<Vec<ProxyExit>>>,
+    /// How many proxy hosts the world has (each reports one exit at the end).
+    proxies: usize,
 }
 
 /// What a finished run leaves for the checkers.
 pub struct Finished {
     pub cluster: Cluster,
     pub trace: Trace,
+    /// One per proxy host, in the order they stopped (a restarted proxy reports only its last run).
     pub proxy_exits: Vec<ProxyExit>,
     pub elapsed: Duration,
     /// Why the simulation itself failed (a client error, a panic, the time limit), if it did.
@@ -104,7 +108,15 @@ pub fn proxy_config(seed: u64, members: usize) -> proxy::Config {
 }
 
 impl<'a> World<'a> {
+    /// A world with one proxy on [`PROXY_HOST`], configured by [`proxy_config`].
     pub fn new(settings: Settings) -> Self {
+        let config = proxy_config(settings.seed, settings.members);
+        Self::with_proxies(settings, vec![(PROXY_HOST.to_string(), config)])
+    }
+
+    /// A world with the given proxies (host name, configuration; each listens on its own host) instead of the one
+    /// default proxy. The fault plan's link faults and proxy restarts act on [`PROXY_HOST`] only.
+    pub fn with_proxies(settings: Settings, proxies: Vec<(String, proxy::Config)>) -> Self {
         let sim = turmoil::Builder::new()
             .rng_seed(settings.seed)
             .tick_duration(TICK)
@@ -128,11 +140,14 @@ impl<'a> World<'a> {
             settings,
             stop_proxy,
             proxy_exits: Arc::default(),
+            proxies: proxies.len(),
         };
         for member in 0..world.settings.members {
             world.add_member(member);
         }
-        world.add_proxy();
+        for (host, config) in proxies {
+            world.add_proxy(&host, config);
+        }
         world
     }
 
@@ -152,11 +167,10 @@ impl<'a> World<'a> {
         });
     }
 
-    fn add_proxy(&mut self) {
-        let config = proxy_config(self.settings.seed, self.settings.members);
+    fn add_proxy(&mut self, host: &str, config: proxy::Config) {
         let stop = self.stop_proxy.subscribe();
         let exits = self.proxy_exits.clone();
-        self.sim.host(PROXY_HOST, move || {
+        self.sim.host(host, move || {
             let config = config.clone();
             let mut stop = stop.clone();
             let exits = exits.clone();
@@ -186,7 +200,7 @@ impl<'a> World<'a> {
         self.sim.client(name, body);
     }
 
-    /// Runs until every client finished, then shuts the proxy down.
+    /// Runs until every client finished, then shuts the proxies down.
     pub fn run(mut self) -> Finished {
         let sim_error = self.drive().err();
         Finished {
@@ -227,7 +241,8 @@ impl<'a> World<'a> {
             .proxy_exits
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+            .len()
+            < self.proxies
         {
             if self.sim.elapsed() >= deadline {
                 return Err(format!(

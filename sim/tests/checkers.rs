@@ -1,7 +1,8 @@
 //! Each checker is fed a correct history (it must pass) and deliberately broken ones (it must fail): a dropped
 //! event, a duplicate, a reordering, a broken progress promise, an early expiry, a late expiry, two upstream streams,
 //! two upstream watchers on one range, a leftover upstream watcher, a failed read, a write with the wrong code, a
-//! lost acknowledged write, a hung call, a proxy that left tasks running.
+//! lost acknowledged write, a hung call, a proxy that left tasks running, a namespaced proxy reaching outside its
+//! prefix.
 
 use std::time::Duration;
 
@@ -13,9 +14,11 @@ use sim::check::calls::{CallKind, CallLog, CallOutcome, check_calls};
 use sim::check::census::{CensusLog, check_census};
 use sim::check::hygiene::check_hygiene;
 use sim::check::lease::{LeaseClientLog, check_leases, expected_upstream_keepalive_streams};
+use sim::check::namespace::check_confinement;
 use sim::check::watch::{WatchEnd, WatchStart, WatcherLog, check_lag, check_watcher};
 use sim::model::{
-    History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord, StreamWatchers, WatchCensus,
+    AccessKind, History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord, StreamWatchers,
+    WatchCensus,
 };
 use sim::world::{Finished, ProxyExit};
 use tonic::Code;
@@ -518,4 +521,85 @@ fn hygiene_checker_catches_leftover_tasks_errors_and_failed_runs() {
         check_hygiene(&finished(vec![], Some("panicked".into()))).len(),
         1
     );
+}
+
+/// A history in which member 0 (a proxy with namespace `a\xff`) put `a\xffk` and read its whole namespace, and
+/// member 1 (namespace `\xff\xff`) watched everything in its own.
+fn confined_history() -> History {
+    let mut store = Store::new();
+    store
+        .put(
+            &PutRequest {
+                key: b"a\xffk".to_vec(),
+                value: b"1".to_vec(),
+                ..Default::default()
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    let mut history = store.history;
+    let at = Duration::ZERO;
+    history.record_access(at, 0, AccessKind::Put, b"a\xffk", b"");
+    history.record_access(at, 0, AccessKind::Range, b"a\xff", b"b");
+    history.record_access(at, 0, AccessKind::Compare, b"a\xffk", b"a\xffz");
+    history.record_access(at, 1, AccessKind::Watch, b"\xff\xff", b"\0");
+    history
+}
+
+fn namespaces() -> BTreeMap<usize, Vec<u8>> {
+    BTreeMap::from([(0, b"a\xff".to_vec()), (1, b"\xff\xff".to_vec())])
+}
+
+#[test]
+fn confinement_checker_accepts_requests_and_writes_inside_the_namespaces() {
+    assert_eq!(
+        check_confinement(&confined_history(), &namespaces()),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn confinement_checker_catches_a_request_or_a_write_outside_the_namespace() {
+    let at = Duration::ZERO;
+    // Go's proxy ends the namespace `a\xff` at `b\0`, which reaches key `b`.
+    let mut past_the_end = confined_history();
+    past_the_end.record_access(at, 0, AccessKind::Range, b"a\xff", b"b\0");
+    // A from-key range reaches the end of the keyspace, past a namespace that does not end in 0xff bytes only.
+    let mut from_key = confined_history();
+    from_key.record_access(at, 0, AccessKind::DeleteRange, b"a\xffk", b"\0");
+    // Member 0's proxy named a key of member 1's namespace.
+    let mut neighbour = confined_history();
+    neighbour.record_access(at, 0, AccessKind::Compare, b"\xff\xffk", b"");
+    // A key without the prefix (the client's empty key sent on as it came).
+    let mut unprefixed = confined_history();
+    unprefixed.record_access(at, 1, AccessKind::Watch, b"", b"");
+    let mut no_namespace = confined_history();
+    no_namespace.record_access(at, 2, AccessKind::Range, b"a\xffk", b"");
+    for (what, history) in [
+        ("past the end", past_the_end),
+        ("from key", from_key),
+        ("neighbour", neighbour),
+        ("unprefixed", unprefixed),
+        ("no namespace", no_namespace),
+    ] {
+        assert_eq!(
+            check_confinement(&history, &namespaces()).len(),
+            1,
+            "{what}"
+        );
+    }
+    let mut store = Store::new();
+    store
+        .put(
+            &PutRequest {
+                key: b"b".to_vec(),
+                value: b"1".to_vec(),
+                ..Default::default()
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    let violations = check_confinement(&store.history, &namespaces());
+    assert_eq!(violations.len(), 1);
+    assert!(violations[0].contains("b\"b\""), "{violations:?}");
 }

@@ -1,6 +1,6 @@
 //! The model also serves real gRPC over real loopback TCP (`proxy::net::TokioNet`), as the conformance suite uses
-//! it: answers carry the cluster's identities, errors carry etcd's codes and texts, and services the model does not
-//! implement answer Unimplemented.
+//! it: answers carry the cluster's identities, errors carry etcd's codes and texts, services the model does not
+//! implement answer Unimplemented, and every key range a request names is recorded in the history.
 
 use std::sync::Arc;
 
@@ -8,12 +8,15 @@ use proto::etcdserverpb::auth_client::AuthClient;
 use proto::etcdserverpb::cluster_client::ClusterClient;
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::lease_client::LeaseClient;
+use proto::etcdserverpb::watch_client::WatchClient;
+use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::{
-    AuthStatusRequest, CompactionRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
-    MemberListRequest, PutRequest, RangeRequest,
+    AuthStatusRequest, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest,
+    LeaseKeepAliveRequest, MemberListRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    WatchCreateRequest, WatchRequest, request_op,
 };
 use proxy::net::{Net, TokioNet};
-use sim::model::{self, Cluster};
+use sim::model::{self, AccessKind, Cluster};
 use tonic::Code;
 
 #[tokio::test]
@@ -124,6 +127,99 @@ async fn the_model_speaks_etcds_grpc_over_loopback_tcp() {
         .unwrap_err();
     assert_eq!(auth.code(), Code::Unimplemented);
 
+    stop_tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn the_model_records_every_key_range_an_accepted_request_names() {
+    let cluster = Cluster::new(1, 7);
+    let listener = TokioNet.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(model::serve(cluster.clone(), 0, listener, async {
+        let _ = stop_rx.await;
+    }));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(proxy::net::Connector::new(Arc::new(TokioNet)))
+        .await
+        .unwrap();
+    let mut kv = KvClient::new(channel.clone());
+    let op = |request| RequestOp {
+        request: Some(request),
+    };
+    kv.put(PutRequest {
+        key: b"k".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // A refused request touched nothing (etcd checks a whole request first) and is not recorded.
+    let refused = kv.range(RangeRequest::default()).await;
+    assert!(refused.is_err());
+    kv.delete_range(DeleteRangeRequest {
+        key: b"a".to_vec(),
+        range_end: b"\0".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Both branches of a txn, nested ones included, whichever runs.
+    kv.txn(TxnRequest {
+        compare: vec![Compare {
+            key: b"c".to_vec(),
+            range_end: b"d".to_vec(),
+            ..Default::default()
+        }],
+        success: vec![op(request_op::Request::RequestRange(RangeRequest {
+            key: b"s".to_vec(),
+            ..Default::default()
+        }))],
+        failure: vec![op(request_op::Request::RequestTxn(TxnRequest {
+            failure: vec![op(request_op::Request::RequestPut(PutRequest {
+                key: b"f".to_vec(),
+                ..Default::default()
+            }))],
+            ..Default::default()
+        }))],
+    })
+    .await
+    .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"w".to_vec(),
+            range_end: b"x".to_vec(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut watch = WatchClient::new(channel)
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(watch.message().await.unwrap().unwrap().created);
+
+    let history = cluster.history();
+    let named: Vec<(usize, AccessKind, &[u8], &[u8])> = history
+        .accesses
+        .iter()
+        .map(|a| (a.member, a.kind, &a.key[..], &a.range_end[..]))
+        .collect();
+    let want: Vec<(usize, AccessKind, &[u8], &[u8])> = vec![
+        (0, AccessKind::Put, b"k", b""),
+        (0, AccessKind::DeleteRange, b"a", b"\0"),
+        (0, AccessKind::Compare, b"c", b"d"),
+        (0, AccessKind::Range, b"s", b""),
+        (0, AccessKind::Put, b"f", b""),
+        (0, AccessKind::Watch, b"w", b"x"),
+    ];
+    assert_eq!(named, want);
+
+    drop(tx);
     stop_tx.send(()).unwrap();
     server.await.unwrap().unwrap();
 }

@@ -6,15 +6,13 @@
 
 use super::rewrite::{Empty, Field, Foreign, Schema};
 
-/// etcd's words for an empty key in a KV request or a Txn comparison (`ErrGRPCEmptyKey`).
-const EMPTY_KEY: &str = "etcdserver: key is not provided";
 /// etcd's (3.5 on) words for a permission on an empty key (`ErrGRPCInvalidAuthMgmt`). etcd 3.4 grants one,
 /// on every key below the range end: the proxy refuses it there too, which keeps it inside the namespace.
 const INVALID_AUTH_MGMT: &str = "etcdserver: invalid auth management";
 
-/// A key of KV: refused empty, as etcd refuses it; must be in the namespace in an answer.
+/// A key of KV: left empty for etcd to refuse; must be in the namespace in an answer.
 const KV_KEY: Field = Field::Key {
-    empty: Empty::Refuse(EMPTY_KEY),
+    empty: Empty::Keep,
     foreign: Foreign::Refuse,
 };
 /// A key or name of the Lock and Election services, which etcd takes empty.
@@ -259,42 +257,47 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_key_is_refused_as_etcd_refuses_it_wherever_etcd_does() {
-        let refused = |path: &str, bytes: Vec<u8>| {
-            let schema = of(path).unwrap().request.unwrap();
-            let status = ns().rewrite(schema, Request, &bytes).unwrap_err();
-            assert_eq!(status.code(), Code::InvalidArgument, "{path}");
-            assert_eq!(
-                status.message(),
-                "etcdserver: key is not provided",
-                "{path}"
-            );
-        };
-        refused(
-            "/etcdserverpb.KV/Range",
-            RangeRequest::default().encode_to_vec(),
-        );
-        refused(
-            "/etcdserverpb.KV/Put",
-            PutRequest::default().encode_to_vec(),
-        );
-        let empty_compare = TxnRequest {
+    fn an_empty_kv_key_stays_empty_for_etcd_to_refuse_in_its_own_order() {
+        // etcd checks a Txn's operations in order: here it answers "value is provided" for the first, which a
+        // refusal of the second's empty key by the proxy would hide.
+        let txn = TxnRequest {
+            success: vec![
+                RequestOp {
+                    request: Some(request_op::Request::RequestPut(PutRequest {
+                        key: b"a".to_vec(),
+                        value: b"v".to_vec(),
+                        ignore_value: true,
+                        ..Default::default()
+                    })),
+                },
+                RequestOp {
+                    request: Some(request_op::Request::RequestRange(RangeRequest {
+                        range_end: vec![0],
+                        ..Default::default()
+                    })),
+                },
+            ],
             compare: vec![Compare::default()],
             ..Default::default()
         };
-        refused("/etcdserverpb.KV/Txn", empty_compare.encode_to_vec());
-        let nested_empty_put = TxnRequest {
-            failure: vec![RequestOp {
-                request: Some(request_op::Request::RequestTxn(TxnRequest {
-                    success: vec![RequestOp {
-                        request: Some(request_op::Request::RequestPut(PutRequest::default())),
-                    }],
-                    ..Default::default()
-                })),
-            }],
-            ..Default::default()
+        let sent = rewrite("/etcdserverpb.KV/Txn", Request, &txn).unwrap();
+        assert_eq!(sent.compare[0].key, b"");
+        let Some(request_op::Request::RequestPut(put)) = &sent.success[0].request else {
+            panic!()
         };
-        refused("/etcdserverpb.KV/Txn", nested_empty_put.encode_to_vec());
+        assert_eq!(put.key, b"/app/a");
+        let Some(request_op::Request::RequestRange(range)) = &sent.success[1].request else {
+            panic!()
+        };
+        assert_eq!(
+            (&range.key[..], &range.range_end[..]),
+            (&b""[..], &b"/app0"[..])
+        );
+        let schema = of("/etcdserverpb.KV/Put").unwrap().request.unwrap();
+        let empty = ns()
+            .rewrite(schema, Request, &PutRequest::default().encode_to_vec())
+            .unwrap();
+        assert!(empty.is_empty(), "an absent key stays absent");
     }
 
     #[test]

@@ -91,10 +91,15 @@ impl Namespace {
         past_the_end.then(|| vec![0])
     }
 
-    /// A client's watch create as etcd must see it. An empty key is allowed in a create (etcd accepts one): it
-    /// becomes the prefix itself.
+    /// A client's watch create as etcd must see it. etcd takes an empty key in a create as `"\0"`, the smallest
+    /// key, and so does the proxy before adding the prefix.
     pub fn watch_create(&self, create: &mut WatchCreateRequest) {
-        create.key = self.key(&create.key);
+        let key: &[u8] = if create.key.is_empty() {
+            &[0]
+        } else {
+            &create.key
+        };
+        create.key = self.key(key);
         if !create.range_end.is_empty() {
             create.range_end = self.range_end(&create.range_end);
         }
@@ -255,7 +260,10 @@ mod tests {
         );
         let mut single = WatchCreateRequest::default();
         n.watch_create(&mut single);
-        assert_eq!((single.key, single.range_end), (b"/app/".to_vec(), vec![]));
+        assert_eq!(
+            (single.key, single.range_end),
+            (b"/app/\0".to_vec(), vec![])
+        );
 
         let kv = |key: &[u8]| KeyValue {
             key: Bytes::copy_from_slice(key),

@@ -25,8 +25,11 @@ pub enum Field {
 
 /// In a request, what an empty (or absent) key becomes.
 pub enum Empty {
-    /// Refused as etcd refuses it (InvalidArgument, etcd's words): with the prefix it would become a key etcd
-    /// accepts, and the client would be answered differently than etcd answers it.
+    /// Left empty: etcd refuses the whole request, in its own order of checks and with its own words (every etcd
+    /// refuses an empty key in these fields before it reads or writes anything).
+    Keep,
+    /// Refused by the proxy (InvalidArgument, etcd's words), where an etcd would take an empty key that the
+    /// prefix must not reach.
     Refuse(&'static str),
     /// The prefix itself: etcd accepts an empty key here.
     Prefix,
@@ -122,9 +125,17 @@ impl Namespace {
                 return Ok(false);
             }
         }
-        // An absent key is an empty one (proto3 does not write empty bytes).
+        // An absent key is an empty one (proto3 does not write empty bytes); one kept empty stays absent.
         for (index, (number, kind)) in schema.fields.iter().enumerate() {
+            let kept_empty = matches!(
+                kind,
+                Field::Key {
+                    empty: Empty::Keep,
+                    ..
+                }
+            );
             if matches!(kind, Field::Key { .. })
+                && !(kept_empty && direction == Direction::Request)
                 && keys_seen & (1 << index) == 0
                 && !self.edit_field(kind, direction, *number, b"", out)?
             {
@@ -147,6 +158,7 @@ impl Namespace {
         match (kind, direction) {
             (Field::Key { empty, .. }, Direction::Request) => match (bytes.is_empty(), empty) {
                 (true, Empty::Refuse(words)) => return Err(Unrewritable::EmptyKey(words)),
+                (true, Empty::Keep) => wire::put_bytes(out, number, bytes),
                 _ => wire::put_bytes(out, number, &self.key(bytes)),
             },
             (Field::Key { foreign, .. }, Direction::Answer) => match self.strip(bytes) {

@@ -1,5 +1,5 @@
-//! Liveness and hygiene: the simulation finished (no panic, no hang) and the proxy stopped cleanly when told to,
-//! leaving no task running.
+//! Liveness and hygiene: the simulation finished (no panic, no hang) and the proxy (every proxy, in a world with
+//! several) stopped cleanly when told to, leaving no task running.
 
 use crate::world::Finished;
 
@@ -8,21 +8,19 @@ pub fn check_hygiene(finished: &Finished) -> Vec<String> {
     if let Some(error) = &finished.sim_error {
         violations.push(format!("the simulation failed: {error}"));
     }
-    match finished.proxy_exits.last() {
-        None if finished.sim_error.is_none() => {
-            violations.push("the proxy never reported its exit".to_string())
+    if finished.proxy_exits.is_empty() && finished.sim_error.is_none() {
+        violations.push("the proxy never reported its exit".to_string());
+    }
+    // One exit per proxy host (a world may run several).
+    for exit in &finished.proxy_exits {
+        if let Err(error) = &exit.result {
+            violations.push(format!("the proxy stopped with an error: {error}"));
         }
-        None => {}
-        Some(exit) => {
-            if let Err(error) = &exit.result {
-                violations.push(format!("the proxy stopped with an error: {error}"));
-            }
-            if exit.tasks_left > 0 {
-                violations.push(format!(
-                    "{} task(s) still running on the proxy host after it stopped",
-                    exit.tasks_left
-                ));
-            }
+        if exit.tasks_left > 0 {
+            violations.push(format!(
+                "{} task(s) still running on the proxy host after it stopped",
+                exit.tasks_left
+            ));
         }
     }
     violations

@@ -5,4 +5,5 @@ pub mod calls;
 pub mod census;
 pub mod hygiene;
 pub mod lease;
+pub mod namespace;
 pub mod watch;

@@ -1,5 +1,6 @@
 //! What the model remembers for the invariant checkers: every revision's events, every compaction, every lease's
-//! life (grant, keep-alives, end), and every Watch or LeaseKeepAlive stream a client (the proxy) opened on a member.
+//! life (grant, keep-alives, end), every Watch or LeaseKeepAlive stream a client (the proxy) opened on a member, and
+//! every key range a request named (so that a checker can tell a namespaced proxy never reached outside its prefix).
 //!
 //! Times are virtual (`Duration` since the start of the run), so the history of one seed is the same every run.
 
@@ -55,6 +56,31 @@ pub struct StreamRecord {
     pub last_request_at: Option<Duration>,
 }
 
+/// What named a key range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AccessKind {
+    Range,
+    Put,
+    DeleteRange,
+    /// A compare of a Txn.
+    Compare,
+    /// A Watch create.
+    Watch,
+}
+
+/// One key range a request named, as the member received it: recorded before any check, whether or not the
+/// request was valid, and for a Txn every compare and every operation of both branches, nested txns included (what
+/// the client asked for, not only what ran). Time is virtual, as everywhere in the history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyAccess {
+    pub at: Duration,
+    pub member: usize,
+    pub kind: AccessKind,
+    pub key: Vec<u8>,
+    /// As sent: empty for a single key (always for a Put), `"\0"` for every key from `key` on.
+    pub range_end: Vec<u8>,
+}
+
 /// Everything the model records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
@@ -62,9 +88,29 @@ pub struct History {
     pub compactions: Vec<(Duration, i64)>,
     pub leases: BTreeMap<i64, LeaseRecord>,
     pub streams: Vec<StreamRecord>,
+    pub accesses: Vec<KeyAccess>,
 }
 
 impl History {
+    /// Records a key range a request read or wrote. A request etcd refuses touches nothing and is not recorded:
+    /// etcd checks a whole request (every key of a Txn) before it reads or writes any of it.
+    pub fn record_access(
+        &mut self,
+        at: Duration,
+        member: usize,
+        kind: AccessKind,
+        key: &[u8],
+        range_end: &[u8],
+    ) {
+        self.accesses.push(KeyAccess {
+            at,
+            member,
+            kind,
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+        });
+    }
+
     /// The events of revisions `from..=to`, in order, paired with their revision.
     pub fn events_between(&self, from: i64, to: i64) -> impl Iterator<Item = &Event> + '_ {
         // Revisions are appended in increasing order, so a binary search finds the start.

@@ -1,6 +1,10 @@
-//! The KV service of one member: every call runs on the shared store under its lock.
+//! The KV service of one member: every call runs on the shared store under its lock, after the key ranges it names
+//! are recorded in the history.
+
+use std::time::Duration;
 
 use proto::etcdserverpb::kv_server::Kv;
+use proto::etcdserverpb::request_op::Request as Op;
 use proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, RangeStreamResponse, TxnRequest, TxnResponse,
@@ -8,6 +12,7 @@ use proto::etcdserverpb::{
 use tonic::{Request, Response, Status};
 
 use super::cluster::Cluster;
+use super::history::{AccessKind, History};
 
 pub struct KvService {
     pub cluster: Cluster,
@@ -33,7 +38,17 @@ impl Kv for KvService {
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
         let request = request.into_inner();
-        let mut response = self.cluster.with_store(|store, _| store.range(&request))?;
+        let mut response = self.cluster.with_store(|store, now| {
+            let response = store.range(&request)?;
+            store.history.record_access(
+                now,
+                self.member,
+                AccessKind::Range,
+                &request.key,
+                &request.range_end,
+            );
+            Ok::<_, Status>(response)
+        })?;
         self.cluster
             .complete_header(self.member, &mut response.header);
         Ok(Response::new(response))
@@ -41,9 +56,13 @@ impl Kv for KvService {
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let request = request.into_inner();
-        let mut response = self
-            .cluster
-            .with_store(|store, now| store.put(&request, now))?;
+        let mut response = self.cluster.with_store(|store, now| {
+            let response = store.put(&request, now)?;
+            store
+                .history
+                .record_access(now, self.member, AccessKind::Put, &request.key, b"");
+            Ok::<_, Status>(response)
+        })?;
         self.cluster
             .complete_header(self.member, &mut response.header);
         Ok(Response::new(response))
@@ -54,9 +73,17 @@ impl Kv for KvService {
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let request = request.into_inner();
-        let mut response = self
-            .cluster
-            .with_store(|store, now| store.delete_range(&request, now))?;
+        let mut response = self.cluster.with_store(|store, now| {
+            let response = store.delete_range(&request, now)?;
+            store.history.record_access(
+                now,
+                self.member,
+                AccessKind::DeleteRange,
+                &request.key,
+                &request.range_end,
+            );
+            Ok::<_, Status>(response)
+        })?;
         self.cluster
             .complete_header(self.member, &mut response.header);
         Ok(Response::new(response))
@@ -64,9 +91,11 @@ impl Kv for KvService {
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let request = request.into_inner();
-        let mut response = self
-            .cluster
-            .with_store(|store, now| store.txn(&request, now))?;
+        let mut response = self.cluster.with_store(|store, now| {
+            let response = store.txn(&request, now)?;
+            record_txn(&mut store.history, now, self.member, &request);
+            Ok::<_, Status>(response)
+        })?;
         self.cluster
             .complete_header(self.member, &mut response.header);
         Ok(Response::new(response))
@@ -85,5 +114,37 @@ impl Kv for KvService {
         Ok(Response::new(CompactionResponse {
             header: Some(self.cluster.header(self.member, revision)),
         }))
+    }
+}
+
+/// Records every key range an accepted Txn names: its compares and the operations of both branches, nested txns included.
+fn record_txn(history: &mut History, at: Duration, member: usize, request: &TxnRequest) {
+    for compare in &request.compare {
+        history.record_access(
+            at,
+            member,
+            AccessKind::Compare,
+            &compare.key,
+            &compare.range_end,
+        );
+    }
+    for op in request.success.iter().chain(&request.failure) {
+        match &op.request {
+            Some(Op::RequestRange(range)) => {
+                history.record_access(at, member, AccessKind::Range, &range.key, &range.range_end)
+            }
+            Some(Op::RequestPut(put)) => {
+                history.record_access(at, member, AccessKind::Put, &put.key, b"")
+            }
+            Some(Op::RequestDeleteRange(delete)) => history.record_access(
+                at,
+                member,
+                AccessKind::DeleteRange,
+                &delete.key,
+                &delete.range_end,
+            ),
+            Some(Op::RequestTxn(inner)) => record_txn(history, at, member, inner),
+            None => {}
+        }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`keyspace`]: etcd's `key`/`range_end` rules.
 //! - [`store`], [`txn`], [`lease`]: the state and its operations, synchronous and deterministic.
-//! - [`history`]: what the checkers read (revisions, compactions, leases, upstream streams).
+//! - [`history`]: what the checkers read (revisions, compactions, leases, upstream streams, key ranges named).
 //! - [`census`]: the live watchers per member, stream and range, at any instant.
 //! - [`errors`]: etcd's exact error statuses.
 //! - `*_service`: one file per etcd service; [`serve`] puts them on a listener.
@@ -26,7 +26,8 @@ pub use census::{StreamWatchers, WatchCensus, WatchedRange};
 pub use cluster::Cluster;
 pub use cluster_service::MODEL_VERSION;
 pub use history::{
-    History, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind, StreamRecord, max_overlap,
+    AccessKind, History, KeyAccess, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind,
+    StreamRecord, max_overlap,
 };
 pub use serve::{ServeOptions, serve, serve_with};
 pub use store::Store;

@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::census::WatchedRange;
 use super::cluster::{Cluster, StreamGuard, stopped};
-use super::history::StreamKind;
+use super::history::{AccessKind, StreamKind};
 use super::keyspace::KeyRange;
 
 pub struct WatchService {
@@ -161,11 +161,21 @@ impl Session {
     }
 
     async fn create(&mut self, create: WatchCreateRequest) -> Result<(), Gone> {
+        // etcd watches "\0", the smallest key, for an empty key.
         let key = if create.key.is_empty() {
             vec![0]
         } else {
             create.key.clone()
         };
+        self.cluster.with_store(|store, now| {
+            store.history.record_access(
+                now,
+                self.member,
+                AccessKind::Watch,
+                &key,
+                &create.range_end,
+            )
+        });
         let range = KeyRange::new(&key, &create.range_end);
         let (current, compacted) = self
             .cluster
