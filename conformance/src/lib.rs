@@ -3,12 +3,13 @@
 //! `cargo test -p conformance` runs it.
 //!
 //! Data flows: [`scenario`] parses a `.scn` file → [`runner`] plays it on one target through the real `etcdctl`,
-//! normalising every output with the kit's normaliser → the suite (`tests/conformance.rs`) compares the targets'
-//! transcripts, checks `direct` against its insta snapshot, and prints the [`report`].
+//! normalising every output with the kit's normaliser, then reads what etcd itself holds under the run's keys →
+//! the suite (`tests/conformance.rs`) compares the targets' transcripts and etcd's keys, checks `direct` against
+//! its insta snapshot, and prints the [`report`].
 //!
 //! - etcd comes from the workspace's `testkit`: 3.4.23, 3.5.1 and 3.5.30 as processes, 3.5.1 and 3.5.30 in
 //!   containers; so do etcdctl, the normaliser, the proxy's release binary and free ports.
-//! - [`profile`]: the flag profiles the proxy runs under (`default` today).
+//! - [`profile`]: the flag profiles the proxy runs under (`default`, `namespace`).
 //! - [`target`]: `direct`, `proxy` (the binary, once per profile), `model` (the sim's etcd, in this process).
 //! - [`suite`]: one etcd per backend and version shared by scenarios under their own key prefixes, a fresh
 //!   etcd for scenarios that change cluster-wide state; results per target, profile, backend and version.

@@ -1,9 +1,16 @@
 //! Flag profiles: the ways users run the proxy, each a named set of proxy flags. The suite runs every scenario
 //! through the proxy binary once per profile, and every profile must answer like direct etcd.
 //!
-//! Only `default` (the flags users get when they give none) exists today. A profile that also needs etcd or its
-//! clients set up differently (TLS: certificates for etcd and for etcdctl; chain: a second proxy in front of the
-//! first) adds that here, next to its flags, so that every harness using profiles gets it in one place.
+//! - `default`: the flags users get when they give none.
+//! - `namespace`: `--namespace=/conformance-ns/`; clients see a whole keyspace that etcd keeps under that prefix.
+//!   Every scenario must answer as on direct etcd (keys come back without the prefix), and the suite also reads
+//!   etcd itself after each run: it must hold the run's keys under the prefix, and (on a fresh etcd) nothing
+//!   outside it.
+//!
+//! A profile that also needs etcd or its clients set up differently (TLS: certificates for etcd and for etcdctl;
+//! chain: a second proxy in front of the first) adds that here, next to its flags, so that every harness using
+//! profiles gets it in one place. Where a profile keeps keys in etcd ([`Profile::namespace`]) is read from its
+//! flags, so the two cannot disagree.
 //!
 //! `CONFORMANCE_PROFILES=a,b` selects profiles by name (`all` for every one); without it every profile runs.
 
@@ -17,10 +24,26 @@ pub struct Profile {
 }
 
 /// Every profile, in report order.
-pub const ALL: &[Profile] = &[Profile {
-    name: "default",
-    flags: &[],
-}];
+pub const ALL: &[Profile] = &[
+    Profile {
+        name: "default",
+        flags: &[],
+    },
+    Profile {
+        name: "namespace",
+        flags: &["--namespace=/conformance-ns/"],
+    },
+];
+
+impl Profile {
+    /// The prefix under which etcd keeps the keys a client gives the proxy: its `--namespace` (empty: none).
+    pub fn namespace(&self) -> &'static str {
+        self.flags
+            .iter()
+            .find_map(|f| f.strip_prefix("--namespace="))
+            .unwrap_or("")
+    }
+}
 
 /// The profiles this run covers: those `CONFORMANCE_PROFILES` names, or all. An unknown name is an error that
 /// lists the known ones.
@@ -65,6 +88,13 @@ mod tests {
         let err = parse("tls-typo").unwrap_err();
         assert!(err.contains("tls-typo") && err.contains("default"), "{err}");
         assert!(parse(" , ").is_err());
+    }
+
+    #[test]
+    fn a_profile_keeps_keys_under_its_namespace_flag() {
+        let namespaced = ALL.iter().find(|p| p.name == "namespace").unwrap();
+        assert_eq!(namespaced.namespace(), "/conformance-ns/");
+        assert_eq!(ALL[0].namespace(), "");
     }
 
     #[test]

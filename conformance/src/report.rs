@@ -60,20 +60,27 @@ pub fn render(outcomes: &[Outcome]) -> String {
             Status::Skipped(_) => c.skipped += 1,
         }
     }
+    // The profile column is as wide as its longest name.
+    let w = rows
+        .keys()
+        .map(|(_, profile, _, _)| profile.len())
+        .fold("profile ".len(), usize::max);
     let mut s = String::new();
     let _ = writeln!(s, "\nconformance report");
     let _ = writeln!(
         s,
-        "| target | profile  | backend        | etcd   | passed | failed | skipped |"
+        "| target | {:<w$} | backend        | etcd   | passed | failed | skipped |",
+        "profile"
     );
     let _ = writeln!(
         s,
-        "|--------|----------|----------------|--------|--------|--------|---------|"
+        "|--------|{}|----------------|--------|--------|--------|---------|",
+        "-".repeat(w + 2)
     );
     for ((target, profile, backend, version), c) in &rows {
         let _ = writeln!(
             s,
-            "| {:<6} | {:<8} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
+            "| {:<6} | {:<w$} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
             target.to_string(),
             profile,
             backend.to_string(),
@@ -126,4 +133,44 @@ pub fn totals(outcomes: &[Outcome]) -> (usize, usize, usize) {
         }
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(profile: Option<&'static str>, status: Status) -> Outcome {
+        Outcome {
+            scenario: "kv/put-get".into(),
+            target: if profile.is_some() {
+                TargetKind::Proxy
+            } else {
+                TargetKind::Direct
+            },
+            profile,
+            backend: Backend::Process,
+            version: Version::ALL[0],
+            status,
+        }
+    }
+
+    #[test]
+    fn the_table_fits_the_longest_profile_name_and_lists_failures() {
+        let outcomes = [
+            outcome(None, Status::Passed),
+            outcome(Some("default"), Status::Passed),
+            outcome(Some("namespace"), Status::Failed("differs".into())),
+        ];
+        let table = render(&outcomes);
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.len(), 5, "{table}");
+        let width = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == width), "{table}");
+        assert!(rows[4].contains("| namespace |"), "{table}");
+        assert!(
+            table.contains("FAILED kv/put-get on proxy (namespace profile)"),
+            "{table}"
+        );
+        assert_eq!(totals(&outcomes), (2, 1, 0));
+    }
 }

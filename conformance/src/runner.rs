@@ -1,4 +1,5 @@
-//! Runs one scenario against one target and returns its normalised transcript.
+//! Runs one scenario against one target and returns its normalised transcript, with where it started and (where
+//! an etcd stands behind the target) what etcd itself holds under the run's keys afterwards.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,11 +37,39 @@ pub struct Transcript {
     pub records: Vec<Record>,
 }
 
-/// Where a scenario runs: an etcdctl for the target's endpoint, its key prefix and scratch directory.
+/// Where a scenario runs: an etcdctl for the target's endpoint, its key prefix and scratch directory, and where
+/// etcd keeps what it writes.
 pub struct Place {
     pub ctl: Etcdctl,
     pub prefix: String,
     pub dir: String,
+    /// Read on etcd itself after the run; `None` where no etcd stands behind the target (the model).
+    pub stored: Option<Stored>,
+}
+
+/// Where etcd itself keeps the keys a run writes: read after the run on etcd, not through the target, so that
+/// a proxy that rewrites keys (a namespace) is seen to keep them where it should.
+pub struct Stored {
+    /// etcdctl on etcd itself.
+    pub ctl: Etcdctl,
+    /// The run's prefix as etcd keeps it: the proxy's namespace, then the run's prefix (written `<P>`).
+    pub root: String,
+    /// Read every key etcd holds (a fresh etcd of the run's own), not only those under `root`: a key outside
+    /// it shows as it is.
+    pub whole_keyspace: bool,
+}
+
+/// One run of a scenario on one target.
+#[derive(Clone, Debug)]
+pub struct Played {
+    /// What the target answered: compared between targets, `direct`'s checked against its snapshot.
+    pub transcript: Transcript,
+    /// The revision the target reported as the run started (`<REV+0>`): the transcript's revisions are relative
+    /// to it, so two runs on fresh etcds that agree here and in their transcripts agree in absolute revisions.
+    pub start_revision: i64,
+    /// What etcd held after the run ([`Stored`]), one key per line, normalised like the transcript (keys under
+    /// the root as `<P>`, revisions relative to the start); `None` without a [`Stored`].
+    pub stored: Option<Vec<String>>,
 }
 
 /// The current revision, read through the target itself.
@@ -69,8 +98,9 @@ fn keep_lines(s: &str, n: usize) -> String {
 }
 
 /// Runs `scenario` at `place`. An `Err` means the scenario could not be carried out (a sync point timed out,
-/// a placeholder was unknown); differing output is not an error here but a different transcript.
-pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, String> {
+/// a placeholder was unknown, etcd could not be read afterwards); differing output is not an error here but a
+/// different transcript.
+pub async fn run(scenario: &Scenario, place: &Place) -> Result<Played, String> {
     let base = current_revision(&place.ctl, &place.prefix).await?;
     let mut norm = Normalizer::new(place.prefix.clone(), place.dir.clone(), base);
     let mut bg: BTreeMap<String, Background> = BTreeMap::new();
@@ -170,10 +200,39 @@ pub async fn run(scenario: &Scenario, place: &Place) -> Result<Transcript, Strin
             scenario.path.display()
         ));
     }
-    Ok(Transcript {
-        scenario: scenario.id.clone(),
-        records,
+    let stored = match &place.stored {
+        Some(at) => Some(stored(at, &place.dir, base).await?),
+        None => None,
+    };
+    Ok(Played {
+        transcript: Transcript {
+            scenario: scenario.id.clone(),
+            records,
+        },
+        start_revision: base,
+        stored,
     })
+}
+
+/// The keys etcd holds under `at.root` (or all of them), one normalised JSON line each, revisions relative to
+/// `base`. The response header is left out: it tells when the read happened, not what the run wrote.
+async fn stored(at: &Stored, dir: &str, base: i64) -> Result<Vec<String>, String> {
+    let key = if at.whole_keyspace { "" } else { &at.root };
+    let args = ["get", key, "--prefix", "-w", "json"];
+    let out = at.ctl.run(&args, None).await;
+    let failed = || {
+        format!(
+            "reading etcd itself after the run (get {key:?} --prefix) failed: {}{}",
+            out.stdout, out.stderr
+        )
+    };
+    if out.code != Some(0) {
+        return Err(failed());
+    }
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).map_err(|_| failed())?;
+    let mut norm = Normalizer::new(at.root.clone(), dir, base);
+    let kvs = v["kvs"].as_array().map_or(&[][..], Vec::as_slice);
+    Ok(kvs.iter().map(|kv| norm.stdout(&kv.to_string())).collect())
 }
 
 fn record(norm: &mut Normalizer, source: &str, out: &Output, keep: Option<usize>) -> Record {

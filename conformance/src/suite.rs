@@ -2,6 +2,11 @@
 //! for the scenarios that stay under their own key prefix, a fresh etcd per target for the scenarios that change
 //! cluster-wide state (`@own-etcd`); `direct` is checked against its insta snapshot, the proxy under every profile
 //! (and the model) against `direct`.
+//!
+//! Besides its answers, a run through the proxy must leave etcd holding what the direct run left (read on etcd
+//! itself, under the profile's namespace: see [`runner::Stored`]); and on a fresh etcd it must start at the
+//! revision direct started at, which with equal transcripts (revisions relative to the start) means the absolute
+//! revisions agree too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,7 +16,7 @@ use testkit::{Backend, Etcd, Spec};
 
 use crate::profile::Profile;
 use crate::report::{Outcome, Status};
-use crate::runner::{self, Place, Transcript};
+use crate::runner::{self, Place, Played, Stored, Transcript};
 use crate::scenario::Scenario;
 use crate::target::{self, TargetKind};
 
@@ -92,8 +97,8 @@ const MODEL_SEED: u64 = 7;
 fn judge_model(
     spec: &Spec,
     sc: &Scenario,
-    direct: &Result<Transcript, String>,
-    model: Option<Result<Transcript, String>>,
+    direct: &Result<Played, String>,
+    model: Option<Result<Played, String>>,
 ) -> Outcome {
     let status = match (&sc.model_unsupported, direct, model) {
         (Some(reason), _, _) => Status::Skipped(format!("unsupported by the model: {reason}")),
@@ -104,10 +109,10 @@ fn judge_model(
         (None, _, Some(Err(e))) => {
             Status::Failed(format!("could not be carried out on the model: {e}"))
         }
-        (None, Ok(d), Some(Ok(m))) if d == &m => Status::Passed,
+        (None, Ok(d), Some(Ok(m))) if d.transcript == m.transcript => Status::Passed,
         (None, Ok(d), Some(Ok(m))) => Status::Failed(format!(
             "the model's answers differ from etcd's (- direct, + model):\n{}",
-            transcript_diff(d, &m)
+            transcript_diff(&d.transcript, &m.transcript)
         )),
     };
     outcome(spec, sc, TargetKind::Model, None, status)
@@ -163,10 +168,19 @@ async fn shared_lane(
     };
     let mut outcomes = Vec::new();
     for sc in scenarios {
-        let place = |endpoint: &str, target: TargetKind, lane: Lane| Place {
-            ctl: binaries.etcdctl(endpoint),
-            prefix: prefix(sc, target, lane),
-            dir: scratch(root.path(), sc, target, lane),
+        let place = |endpoint: &str, target: TargetKind, lane: Lane| {
+            let prefix = prefix(sc, target, lane);
+            let stored = (target != TargetKind::Model).then(|| Stored {
+                ctl: binaries.etcdctl(&etcd.endpoint()),
+                root: format!("{}{prefix}", lane.map_or("", |p| p.namespace())),
+                whole_keyspace: false,
+            });
+            Place {
+                ctl: binaries.etcdctl(endpoint),
+                prefix,
+                dir: scratch(root.path(), sc, target, lane),
+                stored,
+            }
         };
         let d = runner::run(sc, &place(&etcd.endpoint(), TargetKind::Direct, None)).await;
         let mut through = Vec::new();
@@ -185,7 +199,7 @@ async fn shared_lane(
             };
             outcomes.push(judge_model(spec, sc, &d, m));
         }
-        outcomes.extend(judge(spec, sc, ctx, d, through));
+        outcomes.extend(judge(spec, sc, ctx, false, d, through));
     }
     if let Some(Ok(model)) = model {
         model.stop().await;
@@ -232,7 +246,7 @@ async fn own_lane(
             };
             outcomes.push(judge_model(spec, sc, &d, m));
         }
-        outcomes.extend(judge(spec, sc, ctx, d, through));
+        outcomes.extend(judge(spec, sc, ctx, true, d, through));
     }
     outcomes
 }
@@ -243,7 +257,7 @@ async fn run_on_fresh_etcd(
     sc: &Scenario,
     profile: Option<&Profile>,
     dir: String,
-) -> Result<Transcript, String> {
+) -> Result<Played, String> {
     let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
     let etcd = Etcd::start(spec, &[])
         .await
@@ -264,9 +278,15 @@ async fn run_on_fresh_etcd(
     } else {
         TargetKind::Direct
     };
+    let prefix = prefix(sc, target, profile.copied());
     let place = Place {
         ctl: binaries.etcdctl(&endpoint),
-        prefix: prefix(sc, target, profile.copied()),
+        stored: Some(Stored {
+            ctl: binaries.etcdctl(&etcd.endpoint()),
+            root: format!("{}{prefix}", profile.map_or("", |p| p.namespace())),
+            whole_keyspace: true,
+        }),
+        prefix,
         dir,
     };
     let result = match runner::run(sc, &place).await {
@@ -278,7 +298,7 @@ async fn run_on_fresh_etcd(
     result
 }
 
-async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<Transcript, String> {
+async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<Played, String> {
     let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
     let model = target::start_model(MODEL_SEED)
         .await
@@ -287,6 +307,7 @@ async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<T
         ctl: binaries.etcdctl(&model.addr()),
         prefix: prefix(sc, TargetKind::Model, None),
         dir,
+        stored: None,
     };
     let result = runner::run(sc, &place).await;
     model.stop().await;
@@ -322,18 +343,20 @@ fn all_failed(spec: &Spec, sc: &Scenario, ctx: &Context, why: &str) -> Vec<Outco
     })
 }
 
-/// direct vs its snapshot; the proxy under each profile vs direct (or vs the differences file).
+/// direct vs its snapshot; the proxy under each profile vs direct (or vs the differences file). `fresh`: each
+/// target ran on a fresh etcd of its own, so they must also start at the same revision.
 fn judge(
     spec: &Spec,
     sc: &Scenario,
     ctx: &Context,
-    direct: Result<Transcript, String>,
-    through: Vec<(Profile, Result<Transcript, String>)>,
+    fresh: bool,
+    direct: Result<Played, String>,
+    through: Vec<(Profile, Result<Played, String>)>,
 ) -> Vec<Outcome> {
     let version = spec.version.name();
     let direct_status = match &direct {
         Err(e) => Status::Failed(format!("could not be carried out on direct: {e}")),
-        Ok(t) => match check_snapshot(&ctx.snapshots, version, sc, t) {
+        Ok(d) => match check_snapshot(&ctx.snapshots, version, sc, &d.transcript) {
             Ok(()) => Status::Passed,
             Err(e) => Status::Failed(e),
         },
@@ -352,13 +375,10 @@ fn judge(
                     .differences
                     .get(&format!("{}@{version}", sc.id))
                     .or_else(|| ctx.differences.get(&sc.id));
-                match (d == p, listed) {
+                let differences = differences(d, p, fresh, &profile);
+                match (differences.is_empty(), listed) {
                     (true, None) => Status::Passed,
-                    (false, None) => Status::Failed(format!(
-                        "the proxy's answers ({} profile) differ from etcd's (- direct, + proxy):\n{}",
-                        profile.name,
-                        transcript_diff(d, p)
-                    )),
+                    (false, None) => Status::Failed(differences.join("\n")),
                     (false, Some(reason)) => {
                         Status::Skipped(format!("listed difference: {reason}"))
                     }
@@ -378,6 +398,37 @@ fn judge(
         outcomes.push(outcome(spec, sc, TargetKind::Proxy, Some(profile), status));
     }
     outcomes
+}
+
+/// How a run through the proxy under `profile` differs from the direct run: its answers, what it left in etcd,
+/// and (`fresh`) the revision it started at.
+fn differences(d: &Played, p: &Played, fresh: bool, profile: &Profile) -> Vec<String> {
+    let mut out = Vec::new();
+    if d.transcript != p.transcript {
+        out.push(format!(
+            "the proxy's answers ({} profile) differ from etcd's (- direct, + proxy):\n{}",
+            profile.name,
+            transcript_diff(&d.transcript, &p.transcript)
+        ));
+    }
+    if d.stored != p.stored {
+        let lines = |s: &Option<Vec<String>>| s.as_deref().unwrap_or_default().join("\n");
+        out.push(format!(
+            "etcd holds other keys after the run through the proxy ({} profile, namespace {:?}) than after the \
+             direct run (- direct, + proxy; the run's keys under the namespace as <P>):\n{}",
+            profile.name,
+            profile.namespace(),
+            testkit::diff::line_diff(&lines(&d.stored), &lines(&p.stored))
+        ));
+    }
+    if fresh && d.start_revision != p.start_revision {
+        out.push(format!(
+            "on a fresh etcd the run through the proxy ({} profile) started at revision {}, the direct run at {}: \
+             their absolute revisions differ",
+            profile.name, p.start_revision, d.start_revision
+        ));
+    }
+    out
 }
 
 /// Checks `direct`'s transcript against `snapshots/etcd-<version>/<area>__<name>.snap` with insta. A missing or
@@ -427,4 +478,78 @@ fn render(t: &Transcript) -> String {
 /// A line diff of two transcripts (only the changed lines and their neighbours are worth reading).
 pub fn transcript_diff(a: &Transcript, b: &Transcript) -> String {
     testkit::diff::line_diff(&render(a), &render(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::Record;
+
+    fn played(stdout: &str, start_revision: i64, stored: &[&str]) -> Played {
+        Played {
+            transcript: Transcript {
+                scenario: "kv/x".into(),
+                records: vec![Record {
+                    step: vec!["$ get <P>a".into()],
+                    exit: Some(0),
+                    stdout: vec![stdout.into()],
+                    stderr: Vec::new(),
+                }],
+            },
+            start_revision,
+            stored: Some(stored.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    const NAMESPACE: Profile = Profile {
+        name: "namespace",
+        flags: &["--namespace=/ns/"],
+    };
+
+    #[test]
+    fn a_run_through_the_proxy_differs_in_its_answers_its_keys_in_etcd_or_on_a_fresh_etcd_its_start()
+     {
+        let direct = played("<P>a", 1, &[r#"{"key":"<P>a"}"#]);
+        let cases = [
+            (
+                "same everything",
+                played("<P>a", 1, &[r#"{"key":"<P>a"}"#]),
+                vec![],
+            ),
+            (
+                "other answers",
+                played("<P>b", 1, &[r#"{"key":"<P>a"}"#]),
+                vec!["the proxy's answers (namespace profile) differ"],
+            ),
+            (
+                "a key outside the namespace",
+                played("<P>a", 1, &[r#"{"key":"/cf/p/a"}"#]),
+                vec![
+                    "etcd holds other keys after the run through the proxy (namespace profile, namespace \"/ns/\")",
+                ],
+            ),
+            (
+                "a later start",
+                played("<P>a", 2, &[r#"{"key":"<P>a"}"#]),
+                vec!["started at revision 2, the direct run at 1"],
+            ),
+        ];
+        for (what, proxy, expected) in cases {
+            let found = differences(&direct, &proxy, true, &NAMESPACE);
+            assert_eq!(found.len(), expected.len(), "{what}: {found:#?}");
+            for (f, e) in found.iter().zip(&expected) {
+                assert!(f.contains(e), "{what}: {f:?} lacks {e:?}");
+            }
+        }
+        let shared = differences(
+            &direct,
+            &played("<P>a", 40, &[r#"{"key":"<P>a"}"#]),
+            false,
+            &NAMESPACE,
+        );
+        assert!(
+            shared.is_empty(),
+            "on a shared etcd runs start anywhere: {shared:#?}"
+        );
+    }
 }

@@ -691,11 +691,22 @@ fn compare(who: &str, direct: &[String], other: &Result<Vec<String>, String>) ->
     }
 }
 
+/// The key prefix of one target on the etcd the targets share, marked by one character (`d`irect, `m`odel, the
+/// proxy's profiles `0`..`9`): every target's keys have one length, because where a watch response is fragmented
+/// depends on the size of its keys, and a longer prefix alone would move the fragment boundaries.
+fn prefix(mark: char) -> String {
+    format!("/raw/{mark}/")
+}
+
 /// Runs `body` on every etcd version installed as a process: direct, through the proxy binary under every flag
 /// profile, on the model; checks direct's snapshot and that the others answer like direct. Every difference is
 /// reported, then the test fails.
 async fn check(case: Case, body: impl AsyncFn(&mut Run) -> Result<(), String>) {
     let profiles = profile::selected().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        profiles.len() <= 10,
+        "one prefix character per profile: 0 to 9"
+    );
     let mut failures = Vec::new();
     let mut ran = 0;
     for spec in testkit::etcd::discover()
@@ -712,14 +723,16 @@ async fn check(case: Case, body: impl AsyncFn(&mut Run) -> Result<(), String>) {
         let etcd = Etcd::start(&spec, case.etcd_flags)
             .await
             .unwrap_or_else(|e| panic!("{label}: {e}"));
-        let direct = transcript(&etcd.endpoint(), "/raw/d/", &body).await;
+        let direct = transcript(&etcd.endpoint(), &prefix('d'), &body).await;
         let mut through = Vec::new();
-        for p in &profiles {
+        for (p, mark) in profiles.iter().zip('0'..='9') {
             let proxy = target::start_proxy(p, &etcd.endpoint(), case.proxy_flags)
                 .await
                 .unwrap_or_else(|e| panic!("{label}: start the proxy: {e}"));
-            let prefix = format!("/raw/p-{}/", p.name);
-            through.push((p.name, transcript(&proxy.addr(), &prefix, &body).await));
+            through.push((
+                p.name,
+                transcript(&proxy.addr(), &prefix(mark), &body).await,
+            ));
         }
         let direct = match direct {
             Ok(d) => d,
@@ -744,7 +757,7 @@ async fn check(case: Case, body: impl AsyncFn(&mut Run) -> Result<(), String>) {
                 let model = target::start_model(MODEL_SEED)
                     .await
                     .unwrap_or_else(|e| panic!("start the model: {e}"));
-                let m = transcript(&model.addr(), "/raw/m/", &body).await;
+                let m = transcript(&model.addr(), &prefix('m'), &body).await;
                 model.stop().await;
                 let defect = case
                     .model_defect

@@ -48,6 +48,7 @@ impl Rpc {
             // the part of --max-request-bytes here (same default, 1.5 MiB).
             fragment_limit: config.max_send_bytes + 512 * 1024,
             own_identity: config.user.is_some(),
+            hidden_prefix: config.namespace.len(),
         };
         let identity = config
             .user

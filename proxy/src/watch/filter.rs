@@ -65,23 +65,43 @@ pub fn select_events(events: &[Event], next_rev: &mut i64, interest: &Interest) 
 /// Splits a large response into fragments, by etcd's rule for watchers that asked for `fragment`: a response
 /// whose encoding is smaller than `limit`, or that holds one event, goes whole; otherwise each fragment takes events
 /// in order while it stays below `limit` (always at least one), and every fragment but the last has `fragment` set.
-pub fn fragments(response: WatchResponse, limit: usize) -> Vec<WatchResponse> {
-    if response.events.len() < 2 || response.encoded_len() < limit {
+/// Sizes are those of the response the client receives: `hidden_prefix` bytes (the namespace's) come off every key.
+pub fn fragments(
+    response: WatchResponse,
+    limit: usize,
+    hidden_prefix: usize,
+) -> Vec<WatchResponse> {
+    if response.events.len() < 2 {
         return vec![response];
     }
-    let mut events = response.events.into_iter();
     let template = WatchResponse {
         events: Vec::new(),
         fragment: true,
-        ..response
+        ..response.clone()
     };
     // Sizes are exact: a repeated field's encoding is the sum of its elements' encodings.
     let overhead = template.encoded_len();
+    let sizes: Vec<usize> = response
+        .events
+        .iter()
+        .map(|event| client_size(event, hidden_prefix))
+        .collect();
+    // The whole response, as the client would receive it unfragmented (its `fragment` flag is not set).
+    let whole = overhead
+        - WatchResponse {
+            fragment: true,
+            ..Default::default()
+        }
+        .encoded_len()
+        + sizes.iter().sum::<usize>();
+    if whole < limit {
+        return vec![response];
+    }
+    let mut events = response.events.into_iter().zip(sizes);
     let mut out: Vec<WatchResponse> = Vec::new();
     let mut current = template.clone();
     let mut size = overhead;
-    for event in events.by_ref() {
-        let event_size = prost::encoding::message::encoded_len(WATCH_RESPONSE_EVENTS_FIELD, &event);
+    for (event, event_size) in events.by_ref() {
         if !current.events.is_empty() && size + event_size >= limit {
             out.push(std::mem::replace(&mut current, template.clone()));
             size = overhead;
@@ -92,6 +112,18 @@ pub fn fragments(response: WatchResponse, limit: usize) -> Vec<WatchResponse> {
     current.fragment = false;
     out.push(current);
     out
+}
+
+/// The encoded size of `event` in a WatchResponse once `hidden_prefix` bytes are off its keys.
+fn client_size(event: &Event, hidden_prefix: usize) -> usize {
+    if hidden_prefix == 0 {
+        return prost::encoding::message::encoded_len(WATCH_RESPONSE_EVENTS_FIELD, event);
+    }
+    let mut seen = event.clone();
+    for kv in seen.kv.iter_mut().chain(seen.prev_kv.iter_mut()) {
+        kv.key = kv.key.slice(hidden_prefix.min(kv.key.len())..);
+    }
+    prost::encoding::message::encoded_len(WATCH_RESPONSE_EVENTS_FIELD, &seen)
 }
 
 /// The field number of `WatchResponse.events`.
@@ -216,7 +248,7 @@ mod tests {
             ..Default::default()
         };
         let limit = events[0].encoded_len() * 3;
-        let parts = fragments(response.clone(), limit);
+        let parts = fragments(response.clone(), limit, 0);
         assert!(parts.len() > 1);
         assert!(
             parts[..parts.len() - 1].iter().all(|p| p.fragment) && !parts.last().unwrap().fragment
@@ -228,7 +260,7 @@ mod tests {
         );
         let rejoined: Vec<Event> = parts.into_iter().flat_map(|p| p.events).collect();
         assert_eq!(rejoined, events);
-        assert_eq!(fragments(response.clone(), usize::MAX), vec![response]);
+        assert_eq!(fragments(response.clone(), usize::MAX, 0), vec![response]);
     }
 
     #[test]
@@ -241,8 +273,8 @@ mod tests {
         };
         let whole = response.encoded_len();
         // Smaller than the limit: whole. Exactly the limit: etcd fragments.
-        assert_eq!(fragments(response.clone(), whole + 1).len(), 1);
-        let parts = fragments(response.clone(), whole);
+        assert_eq!(fragments(response.clone(), whole + 1, 0).len(), 1);
+        let parts = fragments(response.clone(), whole, 0);
         assert!(parts.len() > 1);
         for part in &parts {
             assert!(
@@ -257,9 +289,42 @@ mod tests {
             assert!(fuller.encoded_len() >= whole);
         }
         // One event too large for any limit still goes, alone.
-        let tiny_limit = fragments(response.clone(), 1);
+        let tiny_limit = fragments(response.clone(), 1, 0);
         assert_eq!(tiny_limit.len(), 4);
         assert!(tiny_limit.iter().all(|p| p.events.len() == 1));
+    }
+
+    #[test]
+    fn fragments_are_sized_as_the_client_receives_them_without_the_namespace() {
+        let prefix = "/a-long-namespace-prefix/";
+        let stored: Vec<Event> = (1..=40)
+            .map(|r| event(EventType::Put, &format!("{prefix}k{r:03}"), r))
+            .collect();
+        let seen: Vec<Event> = (1..=40)
+            .map(|r| event(EventType::Put, &format!("k{r:03}"), r))
+            .collect();
+        let response = |events: &Vec<Event>| WatchResponse {
+            watch_id: 1,
+            events: events.clone(),
+            ..Default::default()
+        };
+        let boundaries =
+            |parts: Vec<WatchResponse>| parts.iter().map(|p| p.events.len()).collect::<Vec<_>>();
+        for limit in [
+            seen[0].encoded_len() * 7,
+            response(&seen).encoded_len(),
+            1 << 20,
+        ] {
+            let as_stored = fragments(response(&stored), limit, prefix.len());
+            let as_seen = fragments(response(&seen), limit, 0);
+            assert_eq!(boundaries(as_stored), boundaries(as_seen), "limit {limit}");
+        }
+        let unsized_ = fragments(response(&stored), response(&seen).encoded_len(), 0);
+        assert_ne!(
+            unsized_.len(),
+            1,
+            "sized with the prefix, the same limit would split it"
+        );
     }
 
     #[test]

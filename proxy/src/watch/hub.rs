@@ -91,6 +91,10 @@ struct SWatcher {
     private: bool,
     /// etcd refused its create and the hub is retrying it with a fresh proxy token (see `HubConfig::own_identity`).
     refused_once: bool,
+    /// etcd can no longer cancel it for compaction: it started at etcd's current revision or later, or etcd has sent
+    /// it a progress notification (sent only to watchers that have caught up). Until then it may still be ended by
+    /// a compaction of its start, so no other watcher joins it or is merged into it.
+    synced: bool,
     receivers: BTreeSet<(StreamId, i64)>,
 }
 
@@ -106,6 +110,8 @@ pub struct HubConfig {
     /// never sends a duplicate ID, and invalid ranges are matched apart) means the proxy's token went stale, so it
     /// is retried once on a stream with a fresh token before its receivers are told.
     pub own_identity: bool,
+    /// Bytes `--namespace` takes off every key before a client sees it: fragments are sized as clients get them.
+    pub hidden_prefix: usize,
 }
 
 /// See the module documentation.
@@ -269,6 +275,7 @@ impl Hub {
                     phase: Phase::Unsent,
                     private: start < 0,
                     refused_once: false,
+                    synced: false,
                     receivers: BTreeSet::new(),
                 };
                 self.swatchers.insert(sw_id, sw);
@@ -366,6 +373,7 @@ impl Hub {
                 // Not sent yet: etcd's answer will be produced after this watcher arrived.
                 (Phase::Unsent, _) => sw.start_rev == start,
                 (Phase::Creating, _) => false,
+                (Phase::Running, _) if !sw.synced => false,
                 (Phase::Running, 0) => {
                     self.config.max_join_lag > 0
                         && self.latest_header.revision - (sw.next_rev - 1)
@@ -558,6 +566,7 @@ impl Hub {
         let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
         sw.phase = Phase::Running;
         sw.refused_once = false;
+        sw.synced = sw.start_rev == 0 || sw.start_rev > header.revision;
         if sw.start_rev == 0 {
             sw.next_rev = header.revision + 1;
         }
@@ -651,7 +660,7 @@ impl Hub {
                 ..Default::default()
             };
             if interest.fragment {
-                for part in fragments(reply, limit) {
+                for part in fragments(reply, limit, self.config.hidden_prefix) {
                     self.deliver_to(stream_id, watch_id, part);
                 }
             } else {
@@ -664,6 +673,7 @@ impl Hub {
         let revision = response.header.map_or(0, |h| h.revision);
         let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
         sw.next_rev = sw.next_rev.max(revision + 1);
+        sw.synced = true;
         let receivers: Vec<_> = sw.receivers.iter().copied().collect();
         for (stream_id, watch_id) in receivers {
             let Some(watcher) = self.watcher_mut(stream_id, watch_id) else {
@@ -685,7 +695,9 @@ impl Hub {
         }
     }
 
-    /// Merges running s-watchers of one range into the one furthest behind (see the invariants).
+    /// Merges running s-watchers of one range into the one furthest behind (see the invariants), once etcd can no
+    /// longer cancel that one for compaction (a watcher moved onto it would be cancelled with it, where etcd would
+    /// have kept it) or when both stand at the same revision.
     fn merge_range_of(&mut self, sw_id: i64) {
         let Some(sw) = self.swatchers.get(&sw_id) else {
             return;
@@ -708,7 +720,14 @@ impl Hub {
         else {
             return;
         };
+        let (target_rev, target_synced) = {
+            let sw = &self.swatchers[&target];
+            (sw.next_rev, sw.synced)
+        };
         for other in running.into_iter().filter(|&id| id != target) {
+            if !target_synced && self.swatchers[&other].next_rev != target_rev {
+                continue;
+            }
             let Some(moved) = self.remove_s_watcher(other) else {
                 continue;
             };

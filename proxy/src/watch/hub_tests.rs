@@ -42,6 +42,7 @@ fn hub() -> Hub {
             max_join_lag: 0,
             fragment_limit: 1 << 20,
             own_identity: false,
+            hidden_prefix: 0,
         },
         Metrics::new(prometheus::Registry::new()).unwrap(),
     )
@@ -237,6 +238,76 @@ fn compaction_reaches_every_receiver_and_the_dead_watcher_is_never_reused() {
     );
     hub.create(a.id, watch("k", 12));
     assert_eq!(sent(&mut hub), vec!["create 2 from 12"]);
+}
+
+#[test]
+fn no_watcher_is_merged_into_one_etcd_may_still_cancel_for_compaction() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    let mut b = Client::open(&mut hub, 2, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    // b asks for an old revision: its s-watcher is behind a's, and etcd may yet cancel it for compaction.
+    hub.create(b.id, watch("k", 3));
+    assert_eq!(sent(&mut hub), vec!["create 2 from 3"]);
+    hub.upstream_response(created(2, 10));
+    assert_eq!(
+        sent(&mut hub),
+        Vec::<String>::new(),
+        "a is not moved onto it"
+    );
+    hub.upstream_response(WatchResponse {
+        header: header(10),
+        watch_id: 2,
+        canceled: true,
+        compact_revision: 5,
+        cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        summary(&b.received()),
+        vec![(0, true, false, vec![]), (0, false, true, vec![])]
+    );
+    hub.upstream_response(put(1, "k", 11));
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, true, false, vec![]), (0, false, false, vec![11])],
+        "a, which etcd would have kept, is still watching"
+    );
+}
+
+#[test]
+fn a_catching_up_watcher_is_merged_once_it_stands_where_the_other_does() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 8);
+    let mut b = Client::open(&mut hub, 2, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    hub.create(b.id, watch("k", 3));
+    sent(&mut hub);
+    hub.upstream_response(created(2, 10));
+    hub.upstream_response(put(2, "k", 7));
+    assert_eq!(
+        sent(&mut hub),
+        Vec::<String>::new(),
+        "still behind and unsynced"
+    );
+    hub.upstream_response(put(1, "k", 11));
+    hub.upstream_response(put(2, "k", 11));
+    assert_eq!(sent(&mut hub), vec!["cancel 2"], "both at 12: merged");
+    hub.upstream_response(put(1, "k", 12));
+    assert_eq!(summary(&a.received()).last().unwrap().3, vec![12]);
+    assert_eq!(
+        summary(&b.received()),
+        vec![
+            (0, true, false, vec![]),
+            (0, false, false, vec![7]),
+            (0, false, false, vec![11]),
+            (0, false, false, vec![12])
+        ]
+    );
 }
 
 #[test]
@@ -471,6 +542,7 @@ fn the_coalescing_gauge_counts_shared_watchers_and_never_goes_negative() {
             max_join_lag: 0,
             fragment_limit: 1 << 20,
             own_identity: false,
+            hidden_prefix: 0,
         },
         metrics.clone(),
     );
@@ -516,6 +588,7 @@ fn own_identity_hub() -> Hub {
             max_join_lag: 0,
             fragment_limit: 1 << 20,
             own_identity: true,
+            hidden_prefix: 0,
         },
         Metrics::new(prometheus::Registry::new()).unwrap(),
     )
