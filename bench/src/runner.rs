@@ -120,9 +120,21 @@ async fn start_stack(
         Ok(mut channels) => channels.remove(0),
         Err(e) => return Err(format!("cannot connect to etcd: {e}")),
     };
-    kv::populate_hot_set(direct.clone(), plan.sizes.hot_keys, plan.sizes.value_size)
+    // Once where direct etcd's clients read it, and once where the proxies' namespace keeps it.
+    let mut prefixes = vec![""];
+    if !plan.namespace.is_empty() {
+        prefixes.push(&plan.namespace);
+    }
+    for prefix in prefixes {
+        kv::populate_hot_set(
+            direct.clone(),
+            prefix,
+            plan.sizes.hot_keys,
+            plan.sizes.value_size,
+        )
         .await
         .map_err(|status| format!("cannot write the hot set: {status}"))?;
+    }
     Ok((stack, direct))
 }
 
@@ -209,6 +221,10 @@ async fn run_once(
                 put_rate: case.watch_put_rate.unwrap_or(1.0),
                 measured: plan.timing.measured(),
                 value_size: sizes.value_size,
+                etcd_prefix: match target {
+                    Target::Direct => Vec::new(),
+                    _ => plan.namespace.as_bytes().to_vec(),
+                },
             };
             let (tally, stats) = fanout.run(&channels, direct.clone(), &meter).await;
             watch = Some(stats);

@@ -19,16 +19,17 @@ fn put_key(i: usize) -> Vec<u8> {
     format!("bench/put/{i:06}").into_bytes()
 }
 
-/// Writes the hot set (`keys` keys, `value_size` bytes each) so that ranges find data.
+/// Writes the hot set (`keys` keys, `value_size` bytes each) under `prefix` so that ranges find data.
 pub async fn populate_hot_set(
     channel: Channel,
+    prefix: &str,
     keys: usize,
     value_size: usize,
 ) -> Result<(), tonic::Status> {
     let mut kv = KvClient::new(channel);
     for i in 0..keys {
         kv.put(PutRequest {
-            key: hot_key(i),
+            key: [prefix.as_bytes(), &hot_key(i)].concat(),
             value: vec![b'h'; value_size],
             ..Default::default()
         })

@@ -40,6 +40,9 @@ pub struct WatchFanout {
     pub put_rate: f64,
     pub measured: Duration,
     pub value_size: usize,
+    /// Where the target keeps keys in etcd: the proxies' `--namespace` (empty for direct etcd and without one);
+    /// the writer, which goes to etcd itself, puts the watched key under it.
+    pub etcd_prefix: Vec<u8>,
 }
 
 /// Deliveries against expectations.
@@ -150,7 +153,7 @@ impl WatchFanout {
                 value.resize(self.value_size.max(8), b'w');
                 let _ = shared.issued[seq].set(Instant::now());
                 let put = kv.put(PutRequest {
-                    key: key.clone(),
+                    key: [&self.etcd_prefix[..], &key].concat(),
                     value,
                     ..Default::default()
                 });
