@@ -124,52 +124,68 @@ impl Namespace {
     }
 }
 
-/// The rewriting of one call's messages (of a method whose request or answer holds keys).
+/// The rewriting of one call's messages: none without a namespace or for a method without keys, in which case
+/// every message passes as it is.
 #[derive(Clone)]
 pub struct CallKeys {
-    namespace: Arc<Namespace>,
-    method: Method,
+    rewrite: Option<(Arc<Namespace>, Method)>,
 }
 
 impl CallKeys {
-    /// The rewriting a call of the method at `path` needs, if any.
-    pub fn of(namespace: Option<&Arc<Namespace>>, path: &str) -> Option<Self> {
-        Some(Self {
-            namespace: namespace?.clone(),
-            method: messages::of(path)?,
-        })
+    /// The rewriting a call of the method at `path` needs.
+    pub fn of(namespace: Option<&Arc<Namespace>>, path: &str) -> Self {
+        let rewrite =
+            namespace.and_then(|namespace| Some((namespace.clone(), messages::of(path)?)));
+        Self { rewrite }
     }
 
     pub fn request(&self, request: Request<Bytes>) -> Result<Request<Bytes>, Status> {
-        let Some(schema) = self.method.request else {
+        let Some((
+            namespace,
+            Method {
+                request: Some(schema),
+                ..
+            },
+        )) = &self.rewrite
+        else {
             return Ok(request);
         };
         let (metadata, extensions, message) = request.into_parts();
-        let message = self
-            .namespace
-            .rewrite(schema, Direction::Request, &message)?;
+        let message = namespace.rewrite(schema, Direction::Request, &message)?;
         Ok(Request::from_parts(metadata, extensions, message))
     }
 
     pub fn answer(&self, answer: Response<Bytes>) -> Result<Response<Bytes>, Status> {
-        let Some(schema) = self.method.answer else {
+        let Some((
+            namespace,
+            Method {
+                answer: Some(schema),
+                ..
+            },
+        )) = &self.rewrite
+        else {
             return Ok(answer);
         };
         let (metadata, message, extensions) = answer.into_parts();
-        let message = self
-            .namespace
-            .rewrite(schema, Direction::Answer, &message)?;
+        let message = namespace.rewrite(schema, Direction::Answer, &message)?;
         Ok(Response::from_parts(metadata, message, extensions))
     }
 
     /// Every answer of a stream rewritten; the stream ends at the first that cannot be.
     pub fn answers(self, answers: Response<BoxStream<Bytes>>) -> Response<BoxStream<Bytes>> {
-        let Some(schema) = self.method.answer else {
+        let Some((
+            namespace,
+            Method {
+                answer: Some(schema),
+                ..
+            },
+        )) = self.rewrite
+        else {
             return answers;
         };
         answers.map(|stream| -> BoxStream<Bytes> {
             let rewritten = stream.map(move |item| {
-                item.and_then(|message| self.namespace.rewrite(schema, Direction::Answer, &message))
+                item.and_then(|message| namespace.rewrite(schema, Direction::Answer, &message))
             });
             let mut failed = false;
             Box::pin(rewritten.take_while(move |item| {

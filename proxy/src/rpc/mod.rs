@@ -90,10 +90,6 @@ impl Rpc {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {
                     let (upstream, path, keys) = (upstream.clone(), path.clone(), keys.clone());
                     async move {
-                        let Some(keys) = keys else {
-                            let retry = repeat.retry(request.get_ref());
-                            return upstream.unary(retry, path, request).await;
-                        };
                         let request = keys.request(request)?;
                         let retry = repeat.retry(request.get_ref());
                         keys.answer(upstream.unary(retry, path, request).await?)
@@ -105,9 +101,6 @@ impl Rpc {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {
                     let (upstream, path, keys) = (upstream.clone(), path.clone(), keys.clone());
                     async move {
-                        let Some(keys) = keys else {
-                            return upstream.server_stream(path, request).await;
-                        };
                         let request = keys.request(request)?;
                         let answers = upstream.server_stream(path, request).await?;
                         Ok(keys.answers(answers))
@@ -121,9 +114,6 @@ impl Rpc {
                 let serve = tower::service_fn(move |request: Request<Bytes>| {
                     let (upstream, keys) = (upstream.clone(), keys.clone());
                     async move {
-                        let Some(keys) = keys else {
-                            return range_stream::serve(&upstream, request).await;
-                        };
                         let request = keys.request(request)?;
                         let answers = range_stream::serve(&upstream, request).await?;
                         Ok(keys.answers(answers))
