@@ -19,5 +19,5 @@ cargo test --workspace --locked
 # depend on how each etcd version words its refusals, so they run again on 3.5.1 and 3.5.30 (installed by
 # ci/install-conformance-deps.sh; testkit finds them, and under CI=true a missing one fails the run).
 for v in 3.5.1 3.5.30; do
-  TESTKIT_ETCD_VERSION=$v cargo test -p proxy --locked --test watch_auth
+  TESTKIT_ETCD_VERSION=$v cargo test -p proxy --locked --test watch_auth --test tls
 done

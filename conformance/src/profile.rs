@@ -6,21 +6,56 @@
 //!   Every scenario must answer as on direct etcd (keys come back without the prefix), and the suite also reads
 //!   etcd itself after each run: it must hold the run's keys under the prefix, and (on a fresh etcd) nothing
 //!   outside it.
+//! - `tls`: TLS on both sides ([`Transport::Tls`]): etcd serves `https://` with `--client-cert-auth`, the proxy
+//!   talks mutual TLS to it (`--cacert`, `--cert`, `--key`: a certificate without a Common Name) and serves its
+//!   clients TLS requiring their certificates (`--cert-file`, `--key-file`, `--trusted-ca-file`); etcdctl and the
+//!   Rust clients present CN-less client certificates. Its answers are compared with direct etcd's over TLS (the
+//!   same clients, with a CN-less certificate of etcd's CA), which must in turn answer like direct etcd in the
+//!   clear apart from what TLS itself changes (`crate::suite`'s `TRANSPORT_NEUTRAL`: URL schemes, and `permission
+//!   denied` for `user name is empty`). Two CAs, one per side of the proxy, made per run ([`crate::tls::Pki`]).
 //!
 //! A profile that also needs etcd or its clients set up differently (TLS: certificates for etcd and for etcdctl;
 //! chain: a second proxy in front of the first) adds that here, next to its flags, so that every harness using
-//! profiles gets it in one place. Where a profile keeps keys in etcd ([`Profile::namespace`]) is read from its
-//! flags, so the two cannot disagree.
+//! profiles gets it in one place: [`Setup`] starts etcd and the proxy for a profile, and [`Endpoint`] tells a
+//! client how to reach either. Where a profile keeps keys in etcd ([`Profile::namespace`]) is read from its flags,
+//! so the two cannot disagree.
 //!
 //! `CONFORMANCE_PROFILES=a,b` selects profiles by name (`all` for every one); without it every profile runs.
+
+use testkit::pki::TlsPaths;
+use testkit::{Binaries, Etcd, Etcdctl, ProxyProcess, Spec};
+
+use crate::tls::Pki;
+
+/// How etcd, the proxy and their clients talk under a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    /// In the clear.
+    Plain,
+    /// TLS on both sides of the proxy, client certificates required everywhere.
+    Tls,
+}
+
+impl Transport {
+    /// Its name in reports: direct etcd under it is the row `direct | tls`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Plain => "plain",
+            Transport::Tls => "tls",
+        }
+    }
+}
 
 /// One way of running the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Profile {
     /// Its name in reports and in `CONFORMANCE_PROFILES`.
     pub name: &'static str,
-    /// The proxy flags beyond `--endpoints` and `--listen-addr`, as a user would give them.
+    /// The proxy flags beyond `--endpoints` and `--listen-addr` that need nothing made at run time, as a user would
+    /// give them; [`Setup::start_proxy`] adds the transport's (certificate paths).
     pub flags: &'static [&'static str],
+    /// How etcd, the proxy and the clients talk.
+    pub transport: Transport,
 }
 
 /// Every profile, in report order.
@@ -28,10 +63,17 @@ pub const ALL: &[Profile] = &[
     Profile {
         name: "default",
         flags: &[],
+        transport: Transport::Plain,
     },
     Profile {
         name: "namespace",
         flags: &["--namespace=/conformance-ns/"],
+        transport: Transport::Plain,
+    },
+    Profile {
+        name: "tls",
+        flags: &[],
+        transport: Transport::Tls,
     },
 ];
 
@@ -42,6 +84,139 @@ impl Profile {
             .iter()
             .find_map(|f| f.strip_prefix("--namespace="))
             .unwrap_or("")
+    }
+}
+
+/// The transports direct etcd runs on for `profiles`: in the clear always (its answers are the reference, pinned by
+/// snapshots), then every other transport a profile uses, each once (the proxy under a profile is compared with
+/// direct etcd on the profile's transport).
+pub fn transports(profiles: &[Profile]) -> Vec<Transport> {
+    let mut out = vec![Transport::Plain];
+    for p in profiles {
+        if !out.contains(&p.transport) {
+            out.push(p.transport);
+        }
+    }
+    out
+}
+
+/// What the profiles of a run need made at run time (the `tls` profile's certificates), and the one way every
+/// harness starts etcd and the proxy for a profile. Owned by the harness for the run: the certificate files go
+/// with it.
+pub struct Setup {
+    pki: Option<Pki>,
+}
+
+impl Setup {
+    /// Makes what `profiles` need: certificates when one of them uses TLS.
+    pub fn new(profiles: &[Profile]) -> Result<Setup, String> {
+        let pki = if profiles.iter().any(|p| p.transport == Transport::Tls) {
+            Some(Pki::new()?)
+        } else {
+            None
+        };
+        Ok(Setup { pki })
+    }
+
+    fn pki(&self, transport: Transport) -> Result<Option<&Pki>, String> {
+        match transport {
+            Transport::Plain => Ok(None),
+            Transport::Tls => self.pki.as_ref().map(Some).ok_or_else(|| {
+                "no certificates were made for TLS: Setup::new got no TLS profile".into()
+            }),
+        }
+    }
+
+    /// Starts one etcd member as `spec` says for `transport`, with `extra_args`, and waits until it is healthy.
+    pub async fn start_etcd(
+        &self,
+        spec: &Spec,
+        transport: Transport,
+        extra_args: &[&str],
+    ) -> Result<Etcd, String> {
+        let tls = self.pki(transport)?.map(|p| &p.etcd);
+        Etcd::start_with(spec, extra_args, tls).await
+    }
+
+    /// Starts the proxy's release binary (what users run) in front of `etcd` with `profile`'s flags, those of its
+    /// transport, then `extra` (a case's own flags, e.g. a smaller `--max-send-bytes`), on a free loopback port.
+    /// `etcd` must run on the profile's transport.
+    pub async fn start_proxy(
+        &self,
+        profile: &Profile,
+        etcd: &Etcd,
+        extra: &[&str],
+    ) -> Result<ProxyProcess, String> {
+        let pki = self.pki(profile.transport)?;
+        if pki.is_some() != etcd.tls().is_some() {
+            return Err(format!(
+                "the {} profile needs etcd on its transport ({}), not {}",
+                profile.name,
+                profile.transport.name(),
+                etcd.endpoint()
+            ));
+        }
+        let bin = testkit::proxy::binary()?;
+        let mut flags: Vec<String> = profile.flags.iter().map(|f| f.to_string()).collect();
+        flags.extend(pki.iter().flat_map(|p| p.proxy_flags()));
+        flags.extend(extra.iter().map(|f| f.to_string()));
+        let client = pki.map(|p| p.proxy_clients.clone());
+        ProxyProcess::start_with(&bin, &[etcd.endpoint()], &flags, &[], client)
+            .await
+            .map_err(|e| format!("the proxy ({} profile): {e}", profile.name))
+    }
+}
+
+/// How a client reaches a target: the endpoint it is given, and with TLS the CA it checks the server against and
+/// the certificate it presents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with TLS: what etcdctl's `--endpoints` takes.
+    pub endpoint: String,
+    pub tls: Option<TlsPaths>,
+}
+
+impl Endpoint {
+    /// Direct etcd, presenting the certificate the kit gives its clients.
+    pub fn etcd(etcd: &Etcd) -> Endpoint {
+        Endpoint {
+            endpoint: etcd.endpoint(),
+            tls: etcd.tls().map(|t| t.client.clone()),
+        }
+    }
+
+    /// The proxy, presenting the certificate it was started for.
+    pub fn proxy(proxy: &ProxyProcess) -> Endpoint {
+        Endpoint {
+            endpoint: proxy.endpoint(),
+            tls: proxy.client_tls().cloned(),
+        }
+    }
+
+    /// A server in the clear at `addr` (`127.0.0.1:PORT`), such as the model.
+    pub fn plain(addr: String) -> Endpoint {
+        Endpoint {
+            endpoint: addr,
+            tls: None,
+        }
+    }
+
+    /// Its URL, with the scheme: `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT` (what tonic takes).
+    pub fn url(&self) -> String {
+        if self.endpoint.contains("://") {
+            self.endpoint.clone()
+        } else {
+            format!("http://{}", self.endpoint)
+        }
+    }
+
+    /// `binaries`' etcdctl talking to it.
+    pub fn etcdctl(&self, binaries: &Binaries) -> Etcdctl {
+        let ctl = binaries.etcdctl(&self.endpoint);
+        match &self.tls {
+            None => ctl,
+            Some(tls) => ctl.with_tls(tls),
+        }
     }
 }
 
@@ -95,6 +270,59 @@ mod tests {
         let namespaced = ALL.iter().find(|p| p.name == "namespace").unwrap();
         assert_eq!(namespaced.namespace(), "/conformance-ns/");
         assert_eq!(ALL[0].namespace(), "");
+    }
+
+    #[test]
+    fn direct_etcd_runs_in_the_clear_and_on_every_other_transport_a_profile_uses() {
+        let tls = *ALL.iter().find(|p| p.name == "tls").unwrap();
+        assert_eq!(tls.transport, Transport::Tls);
+        assert_eq!(tls.namespace(), "");
+        assert_eq!(transports(&[ALL[0]]), [Transport::Plain]);
+        assert_eq!(transports(&[tls]), [Transport::Plain, Transport::Tls]);
+        assert_eq!(
+            transports(ALL),
+            [Transport::Plain, Transport::Tls],
+            "one TLS etcd however many profiles use it"
+        );
+    }
+
+    #[test]
+    fn certificates_are_made_only_for_a_tls_profile() {
+        let plain = Setup::new(&ALL[..2]).unwrap();
+        assert!(plain.pki.is_none());
+        assert!(plain.pki(Transport::Tls).is_err());
+        let tls = Setup::new(ALL).unwrap();
+        let pki = tls.pki(Transport::Tls).unwrap().expect("certificates");
+        assert!(pki.etcd.server.cert.is_file());
+        assert!(tls.pki(Transport::Plain).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_endpoint_gives_etcdctl_its_tls_files_and_tonic_a_url() {
+        let plain = Endpoint::plain("127.0.0.1:1".into());
+        assert_eq!(plain.url(), "http://127.0.0.1:1");
+        let files = TlsPaths {
+            ca: "/x/ca.pem".into(),
+            cert: "/x/c.pem".into(),
+            key: "/x/k.pem".into(),
+        };
+        let tls = Endpoint {
+            endpoint: "https://127.0.0.1:2".into(),
+            tls: Some(files),
+        };
+        assert_eq!(tls.url(), "https://127.0.0.1:2");
+        let binaries = Binaries {
+            version: testkit::Version::V3_5_30,
+            etcd: "etcd".into(),
+            etcdctl: "etcdctl".into(),
+        };
+        assert!(plain.etcdctl(&binaries).leading_args().is_empty());
+        let ctl = tls.etcdctl(&binaries);
+        assert_eq!(ctl.endpoint(), "https://127.0.0.1:2");
+        assert_eq!(
+            ctl.leading_args(),
+            ["--cacert=/x/ca.pem", "--cert=/x/c.pem", "--key=/x/k.pem"]
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! The whole run for one backend and version: one shared etcd (with one proxy per flag profile in front of it)
-//! for the scenarios that stay under their own key prefix, a fresh etcd per target for the scenarios that change
-//! cluster-wide state (`@own-etcd`); `direct` is checked against its insta snapshot, the proxy under every profile
-//! (and the model) against `direct`.
+//! The whole run for one backend and version: one shared etcd per transport (with one proxy per flag profile of
+//! that transport in front of it) for the scenarios that stay under their own key prefix, a fresh etcd per target
+//! for the scenarios that change cluster-wide state (`@own-etcd`); `direct` (in the clear) is checked against its
+//! insta snapshot, direct etcd on another transport (TLS) against `direct`, beyond what the transport changes
+//! (`TRANSPORT_NEUTRAL`); the proxy under every profile against direct etcd on the profile's transport, and the
+//! model against `direct`.
 //!
 //! Besides its answers, a run through the proxy must leave etcd holding what the direct run left (read on etcd
 //! itself, under the profile's namespace: see [`runner::Stored`]); and on a fresh etcd it must start at the
@@ -12,9 +14,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use futures::StreamExt as _;
+
 use testkit::{Backend, Etcd, Spec};
 
-use crate::profile::Profile;
+use crate::profile::{self, Endpoint, Profile, Setup, Transport};
 use crate::report::{Outcome, Status};
 use crate::runner::{self, Place, Played, Stored, Transcript};
 use crate::scenario::Scenario;
@@ -28,21 +32,60 @@ pub struct Context {
     pub differences: BTreeMap<String, String>,
     /// The flag profiles the proxy runs under.
     pub profiles: Vec<Profile>,
+    /// What they need made for the run, and how etcd and the proxy start under each.
+    pub setup: Setup,
 }
 
-/// Where a scenario runs through the proxy under a profile, or on direct etcd or the model (`None`).
-type Lane = Option<Profile>;
-
-/// The key prefix and scratch folder name of a scenario on a target: targets share an etcd, so each gets its own.
-fn place_name(target: TargetKind, profile: Lane) -> String {
-    match profile {
-        Some(p) => format!("{target}-{}", p.name),
-        None => target.to_string(),
+impl Context {
+    /// Every lane a scenario runs in, in report order: direct etcd on each transport the profiles need, then the
+    /// proxy under each profile (the model, where it runs, comes on top).
+    pub fn lanes(&self) -> Vec<Lane> {
+        profile::transports(&self.profiles)
+            .into_iter()
+            .map(Lane::Direct)
+            .chain(self.profiles.iter().copied().map(Lane::Proxy))
+            .collect()
     }
 }
 
-fn prefix(scenario: &Scenario, target: TargetKind, profile: Lane) -> String {
-    format!("/cf/{}/{}/", place_name(target, profile), scenario.id)
+/// Where a scenario runs: on direct etcd over a transport, through the proxy under a profile, or on the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    Direct(Transport),
+    Proxy(Profile),
+    Model,
+}
+
+impl Lane {
+    pub fn target(self) -> TargetKind {
+        match self {
+            Lane::Direct(_) => TargetKind::Direct,
+            Lane::Proxy(_) => TargetKind::Proxy,
+            Lane::Model => TargetKind::Model,
+        }
+    }
+
+    /// Its profile column in the report: the profile's name, the transport's for direct etcd on another
+    /// transport than plain, `None` for direct etcd in the clear and the model.
+    pub fn profile(self) -> Option<&'static str> {
+        match self {
+            Lane::Direct(Transport::Plain) | Lane::Model => None,
+            Lane::Direct(t) => Some(t.name()),
+            Lane::Proxy(p) => Some(p.name),
+        }
+    }
+
+    /// The key prefix and scratch folder name of a scenario in it: lanes share an etcd, so each gets its own.
+    fn place_name(self) -> String {
+        match self.profile() {
+            Some(p) => format!("{}-{p}", self.target()),
+            None => self.target().to_string(),
+        }
+    }
+}
+
+fn prefix(scenario: &Scenario, lane: Lane) -> String {
+    format!("/cf/{}/{}/", lane.place_name(), scenario.id)
 }
 
 /// Runs every scenario on `spec` (both lanes concurrently) and returns one outcome per scenario and target.
@@ -65,29 +108,16 @@ pub async fn run_group(
     a.extend(b);
     for sc in unsupported {
         let why = sc.container_unsupported.clone().unwrap_or_default();
-        a.extend(for_each_lane(ctx, |lane| {
-            let target = if lane.is_some() {
-                TargetKind::Proxy
-            } else {
-                TargetKind::Direct
-            };
+        a.extend(ctx.lanes().into_iter().map(|lane| {
             outcome(
                 spec,
                 sc,
-                target,
                 lane,
                 Status::Skipped(format!("unsupported in a container: {why}")),
             )
         }));
     }
     a
-}
-
-/// One outcome per lane of `direct` and the proxy under each profile.
-fn for_each_lane(ctx: &Context, mut f: impl FnMut(Lane) -> Outcome) -> Vec<Outcome> {
-    let mut out = vec![f(None)];
-    out.extend(ctx.profiles.iter().map(|p| f(Some(*p))));
-    out
 }
 
 /// The model's seed: fixed, so its IDs are the same in every run.
@@ -115,14 +145,42 @@ fn judge_model(
             transcript_diff(&d.transcript, &m.transcript)
         )),
     };
-    outcome(spec, sc, TargetKind::Model, None, status)
+    outcome(spec, sc, Lane::Model, status)
 }
 
-/// A scratch folder per scenario and target, under one temporary directory that the lane removes.
-fn scratch(root: &Path, sc: &Scenario, target: TargetKind, lane: Lane) -> String {
-    let dir = root.join(sc.snapshot_name()).join(place_name(target, lane));
+/// A scratch folder per scenario and lane, under one temporary directory that the lane removes.
+fn scratch(root: &Path, sc: &Scenario, lane: Lane) -> String {
+    let dir = root.join(sc.snapshot_name()).join(lane.place_name());
     let _ = std::fs::create_dir_all(&dir);
     dir.display().to_string()
+}
+
+/// Where `sc` runs in `lane`: etcdctl on `at`, with etcd itself (`etcd`, read after the run) where there is one.
+fn place(
+    binaries: &testkit::Binaries,
+    sc: &Scenario,
+    lane: Lane,
+    at: &Endpoint,
+    etcd: Option<&Etcd>,
+    whole_keyspace: bool,
+    root: &Path,
+) -> Place {
+    let prefix = prefix(sc, lane);
+    let namespace = match lane {
+        Lane::Proxy(p) => p.namespace(),
+        Lane::Direct(_) | Lane::Model => "",
+    };
+    let stored = etcd.map(|etcd| Stored {
+        ctl: Endpoint::etcd(etcd).etcdctl(binaries),
+        root: format!("{namespace}{prefix}"),
+        whole_keyspace,
+    });
+    Place {
+        ctl: at.etcdctl(binaries),
+        prefix,
+        dir: scratch(root, sc, lane),
+        stored,
+    }
 }
 
 async fn shared_lane(
@@ -143,16 +201,35 @@ async fn shared_lane(
     let Ok(binaries) = &spec.binaries else {
         return fail_all(spec.missing().unwrap_or_default().to_string());
     };
-    let etcd = match Etcd::start(spec, &[]).await {
-        Ok(e) => e,
-        Err(e) => return fail_all(format!("starting etcd: {e}")),
+    // One etcd per transport, then the proxies of each profile in front of the etcd of its transport.
+    let mut etcds: Vec<(Transport, Etcd)> = Vec::new();
+    for transport in profile::transports(&ctx.profiles) {
+        match ctx.setup.start_etcd(spec, transport, &[]).await {
+            Ok(e) => etcds.push((transport, e)),
+            Err(e) => {
+                stop_all(etcds).await;
+                return fail_all(format!("starting etcd ({}): {e}", transport.name()));
+            }
+        }
+    }
+    let etcd_of = |t: Transport| {
+        etcds
+            .iter()
+            .find(|(et, _)| *et == t)
+            .map(|(_, e)| e)
+            .expect("an etcd per transport")
     };
     let mut proxies = Vec::new();
     for profile in &ctx.profiles {
-        match target::start_proxy(profile, &etcd.endpoint(), &[]).await {
+        match ctx
+            .setup
+            .start_proxy(profile, etcd_of(profile.transport), &[])
+            .await
+        {
             Ok(p) => proxies.push((*profile, p)),
             Err(e) => {
-                etcd.stop().await;
+                drop(proxies);
+                stop_all(etcds).await;
                 return fail_all(format!("starting the proxy: {e}"));
             }
         }
@@ -168,24 +245,19 @@ async fn shared_lane(
     };
     let mut outcomes = Vec::new();
     for sc in scenarios {
-        let place = |endpoint: &str, target: TargetKind, lane: Lane| {
-            let prefix = prefix(sc, target, lane);
-            let stored = (target != TargetKind::Model).then(|| Stored {
-                ctl: binaries.etcdctl(&etcd.endpoint()),
-                root: format!("{}{prefix}", lane.map_or("", |p| p.namespace())),
-                whole_keyspace: false,
-            });
-            Place {
-                ctl: binaries.etcdctl(endpoint),
-                prefix,
-                dir: scratch(root.path(), sc, target, lane),
-                stored,
-            }
-        };
-        let d = runner::run(sc, &place(&etcd.endpoint(), TargetKind::Direct, None)).await;
+        let mut directs = Vec::new();
+        for (transport, etcd) in &etcds {
+            let lane = Lane::Direct(*transport);
+            let at = Endpoint::etcd(etcd);
+            let p = place(binaries, sc, lane, &at, Some(etcd), false, root.path());
+            directs.push((*transport, runner::run(sc, &p).await));
+        }
         let mut through = Vec::new();
         for (profile, proxy) in &proxies {
-            let p = place(&proxy.addr(), TargetKind::Proxy, Some(*profile));
+            let lane = Lane::Proxy(*profile);
+            let etcd = etcd_of(profile.transport);
+            let at = Endpoint::proxy(proxy);
+            let p = place(binaries, sc, lane, &at, Some(etcd), false, root.path());
             through.push((*profile, runner::run(sc, &p).await));
         }
         if let Some(model) = &model {
@@ -193,21 +265,33 @@ async fn shared_lane(
                 (_, Some(_)) => None,
                 (Err(e), None) => Some(Err(format!("starting the model: {e}"))),
                 (Ok(served), None) => {
-                    let p = place(&served.addr(), TargetKind::Model, None);
+                    let at = Endpoint::plain(served.addr());
+                    let p = place(binaries, sc, Lane::Model, &at, None, false, root.path());
                     Some(runner::run(sc, &p).await)
                 }
             };
-            outcomes.push(judge_model(spec, sc, &d, m));
+            outcomes.push(judge_model(spec, sc, &directs[0].1, m));
         }
-        outcomes.extend(judge(spec, sc, ctx, false, d, through));
+        outcomes.extend(judge(spec, sc, ctx, false, directs, through));
     }
     if let Some(Ok(model)) = model {
         model.stop().await;
     }
     drop(proxies);
-    etcd.stop().await;
+    stop_all(etcds).await;
     outcomes
 }
+
+async fn stop_all(etcds: Vec<(Transport, Etcd)>) {
+    for (_, etcd) in etcds {
+        etcd.stop().await;
+    }
+}
+
+/// How many lanes of one `@own-etcd` scenario run at once, each on a fresh etcd of its own: as many as there were
+/// before the `tls` profile added two (direct over TLS, and the proxy under it), so that every profile at once
+/// loads a machine no more than the first three did.
+const OWN_ETCDS_AT_ONCE: usize = 3;
 
 async fn own_lane(
     spec: &Spec,
@@ -230,40 +314,58 @@ async fn own_lane(
             }
         };
         let root = root.path();
-        let direct = run_on_fresh_etcd(spec, sc, None, scratch(root, sc, TargetKind::Direct, None));
-        let through = futures::future::join_all(ctx.profiles.iter().map(|p| async move {
-            let dir = scratch(root, sc, TargetKind::Proxy, Some(*p));
-            (*p, run_on_fresh_etcd(spec, sc, Some(p), dir).await)
-        }));
-        let (d, through) = tokio::join!(direct, through);
+        // Each lane on an etcd of its own, a few at a time: every one is an etcd (and a proxy) of its own, and
+        // the @own-etcd scenarios are the heavy ones (bcrypt under auth).
+        let runs: Vec<(Lane, Result<Played, String>)> =
+            futures::stream::iter(ctx.lanes().into_iter().map(|lane| async move {
+                (lane, run_on_fresh_etcd(spec, sc, ctx, lane, root).await)
+            }))
+            .buffered(OWN_ETCDS_AT_ONCE)
+            .collect()
+            .await;
+        let mut directs = Vec::new();
+        let mut through = Vec::new();
+        for (lane, run) in runs {
+            match lane {
+                Lane::Direct(t) => directs.push((t, run)),
+                Lane::Proxy(p) => through.push((p, run)),
+                Lane::Model => {}
+            }
+        }
         if with_model {
             let m = match &sc.model_unsupported {
                 Some(_) => None,
-                None => {
-                    let dir = scratch(root, sc, TargetKind::Model, None);
-                    Some(run_on_fresh_model(spec, sc, dir).await)
-                }
+                None => Some(run_on_fresh_model(spec, sc, root).await),
             };
-            outcomes.push(judge_model(spec, sc, &d, m));
+            outcomes.push(judge_model(spec, sc, &directs[0].1, m));
         }
-        outcomes.extend(judge(spec, sc, ctx, true, d, through));
+        outcomes.extend(judge(spec, sc, ctx, true, directs, through));
     }
     outcomes
 }
 
-/// Runs `sc` on a fresh etcd of its own, directly or (with a profile) through a proxy of its own.
+/// Runs `sc` on a fresh etcd of its own, directly (`Lane::Direct`, on that transport) or through a proxy of its
+/// own (`Lane::Proxy`, etcd on the profile's transport).
 async fn run_on_fresh_etcd(
     spec: &Spec,
     sc: &Scenario,
-    profile: Option<&Profile>,
-    dir: String,
+    ctx: &Context,
+    lane: Lane,
+    root: &Path,
 ) -> Result<Played, String> {
     let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
-    let etcd = Etcd::start(spec, &[])
+    let (transport, profile) = match lane {
+        Lane::Direct(t) => (t, None),
+        Lane::Proxy(p) => (p.transport, Some(p)),
+        Lane::Model => return Err("the model is no etcd".into()),
+    };
+    let etcd = ctx
+        .setup
+        .start_etcd(spec, transport, &[])
         .await
         .map_err(|e| format!("starting etcd: {e}"))?;
     let proxy = match profile {
-        Some(p) => match target::start_proxy(p, &etcd.endpoint(), &[]).await {
+        Some(p) => match ctx.setup.start_proxy(&p, &etcd, &[]).await {
             Ok(proxy) => Some(proxy),
             Err(e) => {
                 etcd.stop().await;
@@ -272,23 +374,10 @@ async fn run_on_fresh_etcd(
         },
         None => None,
     };
-    let endpoint = proxy.as_ref().map_or_else(|| etcd.endpoint(), |p| p.addr());
-    let target = if profile.is_some() {
-        TargetKind::Proxy
-    } else {
-        TargetKind::Direct
-    };
-    let prefix = prefix(sc, target, profile.copied());
-    let place = Place {
-        ctl: binaries.etcdctl(&endpoint),
-        stored: Some(Stored {
-            ctl: binaries.etcdctl(&etcd.endpoint()),
-            root: format!("{}{prefix}", profile.map_or("", |p| p.namespace())),
-            whole_keyspace: true,
-        }),
-        prefix,
-        dir,
-    };
+    let at = proxy
+        .as_ref()
+        .map_or_else(|| Endpoint::etcd(&etcd), Endpoint::proxy);
+    let place = place(binaries, sc, lane, &at, Some(&etcd), true, root);
     let result = match runner::run(sc, &place).await {
         Err(e) => Err(format!("{e}\netcd log tail:\n{}", etcd.log_tail().await)),
         ok => ok,
@@ -298,79 +387,91 @@ async fn run_on_fresh_etcd(
     result
 }
 
-async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, dir: String) -> Result<Played, String> {
+async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, root: &Path) -> Result<Played, String> {
     let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
     let model = target::start_model(MODEL_SEED)
         .await
         .map_err(|e| format!("starting the model: {e}"))?;
-    let place = Place {
-        ctl: binaries.etcdctl(&model.addr()),
-        prefix: prefix(sc, TargetKind::Model, None),
-        dir,
-        stored: None,
-    };
+    let at = Endpoint::plain(model.addr());
+    let place = place(binaries, sc, Lane::Model, &at, None, false, root);
     let result = runner::run(sc, &place).await;
     model.stop().await;
     result
 }
 
-fn outcome(
-    spec: &Spec,
-    sc: &Scenario,
-    target: TargetKind,
-    profile: Lane,
-    status: Status,
-) -> Outcome {
+fn outcome(spec: &Spec, sc: &Scenario, lane: Lane, status: Status) -> Outcome {
     Outcome {
         scenario: sc.id.clone(),
-        target,
-        profile: profile.map(|p| p.name),
+        target: lane.target(),
+        profile: lane.profile(),
         backend: spec.backend,
         version: spec.version,
         status,
     }
 }
 
-/// `direct` and every profile failed for the same reason.
+/// Every lane failed for the same reason.
 fn all_failed(spec: &Spec, sc: &Scenario, ctx: &Context, why: &str) -> Vec<Outcome> {
-    for_each_lane(ctx, |lane| {
-        let target = if lane.is_some() {
-            TargetKind::Proxy
-        } else {
-            TargetKind::Direct
-        };
-        outcome(spec, sc, target, lane, Status::Failed(why.to_string()))
-    })
+    ctx.lanes()
+        .into_iter()
+        .map(|lane| outcome(spec, sc, lane, Status::Failed(why.to_string())))
+        .collect()
 }
 
-/// direct vs its snapshot; the proxy under each profile vs direct (or vs the differences file). `fresh`: each
-/// target ran on a fresh etcd of its own, so they must also start at the same revision.
+/// direct (in the clear) vs its snapshot; direct on another transport vs direct, URL schemes aside; the proxy under
+/// each profile vs direct on its transport (or vs the differences file). `fresh`: each target ran on a fresh etcd
+/// of its own, so they must also start at the same revision. `directs` starts with the plain run.
 fn judge(
     spec: &Spec,
     sc: &Scenario,
     ctx: &Context,
     fresh: bool,
-    direct: Result<Played, String>,
+    directs: Vec<(Transport, Result<Played, String>)>,
     through: Vec<(Profile, Result<Played, String>)>,
 ) -> Vec<Outcome> {
     let version = spec.version.name();
-    let direct_status = match &direct {
-        Err(e) => Status::Failed(format!("could not be carried out on direct: {e}")),
-        Ok(d) => match check_snapshot(&ctx.snapshots, version, sc, &d.transcript) {
-            Ok(()) => Status::Passed,
-            Err(e) => Status::Failed(e),
-        },
-    };
-    let mut outcomes = vec![outcome(spec, sc, TargetKind::Direct, None, direct_status)];
+    let mut outcomes = Vec::new();
+    let plain = &directs[0].1;
+    for (transport, direct) in &directs {
+        let status = match (transport, direct, plain) {
+            (_, Err(e), _) => Status::Failed(format!("could not be carried out on direct: {e}")),
+            (Transport::Plain, Ok(d), _) => {
+                match check_snapshot(&ctx.snapshots, version, sc, &d.transcript) {
+                    Ok(()) => Status::Passed,
+                    Err(e) => Status::Failed(e),
+                }
+            }
+            (_, Ok(_), Err(_)) => {
+                Status::Failed("direct failed, so there is nothing to compare with".into())
+            }
+            (t, Ok(d), Ok(p)) => {
+                let found = transport_differences(p, d, fresh, *t);
+                if found.is_empty() {
+                    Status::Passed
+                } else {
+                    Status::Failed(found.join("\n"))
+                }
+            }
+        };
+        outcomes.push(outcome(spec, sc, Lane::Direct(*transport), status));
+    }
     for (profile, proxy) in through {
-        let status = match (&direct, &proxy) {
+        let direct = directs
+            .iter()
+            .find(|(t, _)| *t == profile.transport)
+            .map(|(_, d)| d);
+        let status = match (direct, &proxy) {
             (_, Err(e)) => {
                 Status::Failed(format!("could not be carried out through the proxy: {e}"))
             }
-            (Err(_), Ok(_)) => {
+            (None, Ok(_)) => Status::Failed(format!(
+                "direct etcd did not run on the {} transport",
+                profile.transport.name()
+            )),
+            (Some(Err(_)), Ok(_)) => {
                 Status::Failed("direct failed, so there is nothing to compare with".into())
             }
-            (Ok(d), Ok(p)) => {
+            (Some(Ok(d)), Ok(p)) => {
                 let listed = ctx
                     .differences
                     .get(&format!("{}@{version}", sc.id))
@@ -395,7 +496,7 @@ fn judge(
                 }
             }
         };
-        outcomes.push(outcome(spec, sc, TargetKind::Proxy, Some(profile), status));
+        outcomes.push(outcome(spec, sc, Lane::Proxy(profile), status));
     }
     outcomes
 }
@@ -426,6 +527,83 @@ fn differences(d: &Played, p: &Played, fresh: bool, profile: &Profile) -> Vec<St
             "on a fresh etcd the run through the proxy ({} profile) started at revision {}, the direct run at {}: \
              their absolute revisions differ",
             profile.name, p.start_revision, d.start_revision
+        ));
+    }
+    out
+}
+
+/// What etcd over TLS prints differently from etcd in the clear for the same requests, each rewritten the same way
+/// on both sides before they are compared:
+/// - its URLs carry the scheme `https://` (in the clear `http://`, or none where etcdctl echoes its endpoint);
+/// - with `--client-cert-auth` a request without a token has a verified client certificate, in which etcd finds a
+///   user: `""` for ours, which have no Common Name; under auth that user is refused `permission denied` where a
+///   request in the clear, with no user at all, is refused `user name is empty`.
+const TRANSPORT_NEUTRAL: &[(&str, &str)] = &[
+    ("https://", ""),
+    ("http://", ""),
+    ("user name is empty", "permission denied"),
+];
+
+/// `t` with its output rewritten by [`TRANSPORT_NEUTRAL`].
+fn transport_neutral(t: &Transcript) -> Transcript {
+    let strip = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| {
+                TRANSPORT_NEUTRAL
+                    .iter()
+                    .fold(l.clone(), |l, (from, to)| l.replace(from, to))
+            })
+            .collect()
+    };
+    Transcript {
+        scenario: t.scenario.clone(),
+        records: t
+            .records
+            .iter()
+            .map(|r| runner::Record {
+                step: r.step.clone(),
+                exit: r.exit,
+                stdout: strip(&r.stdout),
+                stderr: strip(&r.stderr),
+            })
+            .collect(),
+    }
+}
+
+/// How direct etcd over `transport` (`d`) differs from direct etcd in the clear (`plain`): its answers (what the
+/// transport itself changes aside: [`TRANSPORT_NEUTRAL`]), what it holds after the run, and (`fresh`) the revision
+/// it started at.
+fn transport_differences(
+    plain: &Played,
+    d: &Played,
+    fresh: bool,
+    transport: Transport,
+) -> Vec<String> {
+    let name = transport.name();
+    let mut out = Vec::new();
+    let (a, b) = (
+        transport_neutral(&plain.transcript),
+        transport_neutral(&d.transcript),
+    );
+    if a != b {
+        out.push(format!(
+            "etcd's answers over {name} differ from its answers in the clear, beyond what the transport changes \
+             (- plain, + {name}):\n{}",
+            transcript_diff(&a, &b)
+        ));
+    }
+    if plain.stored != d.stored {
+        let lines = |s: &Option<Vec<String>>| s.as_deref().unwrap_or_default().join("\n");
+        out.push(format!(
+            "etcd holds other keys after the run over {name} than after the run in the clear (- plain, + {name}):\n{}",
+            testkit::diff::line_diff(&lines(&plain.stored), &lines(&d.stored))
+        ));
+    }
+    if fresh && plain.start_revision != d.start_revision {
+        out.push(format!(
+            "on a fresh etcd the run over {name} started at revision {}, the run in the clear at {}",
+            d.start_revision, plain.start_revision
         ));
     }
     out
@@ -504,6 +682,7 @@ mod tests {
     const NAMESPACE: Profile = Profile {
         name: "namespace",
         flags: &["--namespace=/ns/"],
+        transport: Transport::Plain,
     };
 
     #[test]
@@ -550,6 +729,67 @@ mod tests {
         assert!(
             shared.is_empty(),
             "on a shared etcd runs start anywhere: {shared:#?}"
+        );
+    }
+
+    #[test]
+    fn etcd_over_tls_answers_like_etcd_in_the_clear_when_only_url_schemes_differ() {
+        let plain = played(
+            "<ID1>, started, m0, http://127.0.0.1:<PORT>, http://127.0.0.1:<PORT>, false",
+            1,
+            &[],
+        );
+        let tls = played(
+            "<ID1>, started, m0, http://127.0.0.1:<PORT>, https://127.0.0.1:<PORT>, false",
+            1,
+            &[],
+        );
+        assert!(transport_differences(&plain, &tls, true, Transport::Tls).is_empty());
+        let health = played("127.0.0.1:<PORT> is healthy", 1, &[]);
+        let tls_health = played("https://127.0.0.1:<PORT> is healthy", 1, &[]);
+        assert!(transport_differences(&health, &tls_health, false, Transport::Tls).is_empty());
+        let anonymous = played("Error: etcdserver: user name is empty", 1, &[]);
+        let cn_less = played("Error: etcdserver: permission denied", 1, &[]);
+        assert!(transport_differences(&anonymous, &cn_less, false, Transport::Tls).is_empty());
+        let refused = played("Error: context deadline exceeded", 1, &[]);
+        let found = transport_differences(&health, &refused, false, Transport::Tls);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(found[0].contains("over tls differ"), "{}", found[0]);
+        let later = transport_differences(
+            &health,
+            &played("127.0.0.1:<PORT> is healthy", 2, &[]),
+            true,
+            Transport::Tls,
+        );
+        assert_eq!(later.len(), 1, "{later:#?}");
+    }
+
+    #[test]
+    fn lanes_are_labelled_by_target_and_profile_or_transport() {
+        let tls = *crate::profile::ALL
+            .iter()
+            .find(|p| p.name == "tls")
+            .unwrap();
+        assert_eq!(Lane::Direct(Transport::Plain).profile(), None);
+        assert_eq!(Lane::Direct(Transport::Tls).profile(), Some("tls"));
+        assert_eq!(Lane::Direct(Transport::Tls).place_name(), "direct-tls");
+        assert_eq!(Lane::Proxy(tls).place_name(), "proxy-tls");
+        assert_eq!(Lane::Proxy(NAMESPACE).target(), TargetKind::Proxy);
+        assert_eq!(Lane::Model.place_name(), "model");
+        let ctx = Context {
+            snapshots: PathBuf::new(),
+            differences: BTreeMap::new(),
+            profiles: vec![NAMESPACE, tls],
+            setup: Setup::new(&[]).unwrap(),
+        };
+        assert_eq!(
+            ctx.lanes(),
+            [
+                Lane::Direct(Transport::Plain),
+                Lane::Direct(Transport::Tls),
+                Lane::Proxy(NAMESPACE),
+                Lane::Proxy(tls)
+            ]
         );
     }
 }

@@ -1,15 +1,12 @@
 //! The three things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy binary in front
 //! of that etcd, once per flag profile) and `model` (the simulation's model etcd served over loopback TCP, in this
-//! process).
+//! process). etcd and the proxy are started for a profile by [`crate::profile::Setup`].
 
 use std::fmt;
 use std::net::SocketAddr;
 
-use testkit::ProxyProcess;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-use crate::profile::Profile;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TargetKind {
@@ -57,20 +54,6 @@ impl Drop for Served {
             let _ = stop.send(());
         }
     }
-}
-
-/// Starts the proxy's release binary (what users run) in front of `etcd_endpoint` with `profile`'s flags and
-/// then `extra` (a case's own flags, e.g. a smaller `--max-send-bytes`), on a free loopback port.
-pub async fn start_proxy(
-    profile: &Profile,
-    etcd_endpoint: &str,
-    extra: &[&str],
-) -> Result<ProxyProcess, String> {
-    let bin = testkit::proxy::binary()?;
-    let flags: Vec<&str> = profile.flags.iter().chain(extra).copied().collect();
-    ProxyProcess::start(&bin, &[etcd_endpoint.to_string()], &flags)
-        .await
-        .map_err(|e| format!("the proxy ({} profile): {e}", profile.name))
 }
 
 /// Serves a fresh one-member model etcd of the simulation (`sim::model`) on a free loopback port, through

@@ -9,7 +9,6 @@ use conformance::profile;
 use conformance::report::{self, Outcome, Status};
 use conformance::scenario;
 use conformance::suite::{self, Context};
-use conformance::target::TargetKind;
 use futures::StreamExt as _;
 use testkit::{Backend, Spec};
 
@@ -44,10 +43,13 @@ async fn run(filters: Vec<String>) -> bool {
     let differences = conformance::differences::load(&root.join("differences.txt"))
         .unwrap_or_else(|e| panic!("loading differences: {e}"));
     let profiles = profile::selected().unwrap_or_else(|e| panic!("{e}"));
+    let setup =
+        profile::Setup::new(&profiles).unwrap_or_else(|e| panic!("setting the profiles up: {e}"));
     let ctx = Context {
         snapshots: root.join("snapshots"),
         differences,
         profiles,
+        setup,
     };
     // Built (or confirmed up to date) once, before any group starts: the build blocks the thread that asks.
     if let Err(e) = testkit::proxy::binary() {
@@ -73,16 +75,11 @@ async fn run(filters: Vec<String>) -> bool {
                     Status::Skipped(format!("backend missing: {why}"))
                 };
                 for sc in &scenarios {
-                    let lanes = std::iter::once((TargetKind::Direct, None)).chain(
-                        ctx.profiles
-                            .iter()
-                            .map(|p| (TargetKind::Proxy, Some(p.name))),
-                    );
-                    for (target, profile) in lanes {
+                    for lane in ctx.lanes() {
                         outcomes.push(Outcome {
                             scenario: sc.id.clone(),
-                            target,
-                            profile,
+                            target: lane.target(),
+                            profile: lane.profile(),
                             backend: spec.backend,
                             version: spec.version,
                             status: status.clone(),

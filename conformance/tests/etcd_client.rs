@@ -1,15 +1,18 @@
 //! The second real client: the core scenarios through the `etcd-client` crate (KV, txn, lease, the keep-alive API,
-//! watch), on etcd directly, through the proxy and on the sim's model etcd, for every etcd version installed as a
-//! process. All transcripts (keys without the target's prefix, revisions relative to the start) must be identical.
+//! watch), on etcd directly (in the clear, and over TLS when the `tls` profile runs: the crate's own TLS), through
+//! the proxy under every profile and on the sim's model etcd, for every etcd version installed as a process. All
+//! transcripts (keys without the target's prefix, revisions relative to the start) must be identical.
 
 use std::time::Duration;
 
-use testkit::{Backend, Etcd, Spec};
+use testkit::{Backend, Spec};
 
-use conformance::{profile, target};
+use conformance::profile::{self, Endpoint, Setup};
+use conformance::target;
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, LeaseKeepAliveStream,
-    LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions,
+    Identity, LeaseKeepAliveStream, LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget,
+    TlsOptions, Txn, TxnOp, WatchOptions,
 };
 
 /// The model's seed, as in the scenario suite.
@@ -50,8 +53,27 @@ impl Log {
     }
 }
 
-async fn core_scenarios(endpoint: &str, prefix: &str) -> Result<Vec<String>, etcd_client::Error> {
-    let mut c = Client::connect([endpoint], None).await?;
+/// A client of `at`, over TLS with its files when it has them.
+async fn connect(at: &Endpoint) -> Result<Client, etcd_client::Error> {
+    let options = match &at.tls {
+        None => None,
+        Some(tls) => {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).map_err(|e| {
+                    etcd_client::Error::InvalidArgs(format!("read {}: {e}", p.display()))
+                })
+            };
+            let tls = TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
+                .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+            Some(ConnectOptions::new().with_tls(tls))
+        }
+    };
+    Client::connect([at.url()], options).await
+}
+
+async fn core_scenarios(at: &Endpoint, prefix: &str) -> Result<Vec<String>, etcd_client::Error> {
+    let mut c = connect(at).await?;
     let p = |k: &str| format!("{prefix}{k}");
     let base = c
         .get(p("none"), None)
@@ -274,41 +296,58 @@ async fn lease_keep_alives(c: &mut Client, log: &mut Log) -> Result<(), etcd_cli
     Ok(())
 }
 
-async fn compare_on(spec: &Spec) {
-    let etcd = Etcd::start(spec, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", spec.label()));
-    let direct = core_scenarios(&etcd.endpoint(), "/ec/direct/").await;
-    let direct = direct.unwrap_or_else(|e| panic!("{} direct: {e}", spec.label()));
-    assert!(
-        direct.len() > 20,
-        "the transcript is too short to mean anything: {direct:#?}"
-    );
-    for p in profile::selected().unwrap_or_else(|e| panic!("{e}")) {
-        let proxy = target::start_proxy(&p, &etcd.endpoint(), &[])
+async fn compare_on(spec: &Spec, setup: &Setup, profiles: &[profile::Profile]) {
+    let mut plain: Option<Vec<String>> = None;
+    for transport in profile::transports(profiles) {
+        let etcd = setup
+            .start_etcd(spec, transport, &[])
             .await
-            .expect("start the proxy");
-        let prefix = format!("/ec/proxy-{}/", p.name);
-        let through = core_scenarios(&proxy.addr(), &prefix).await;
-        drop(proxy);
-        let through = through.unwrap_or_else(|e| {
-            panic!(
-                "{} through the proxy ({} profile): {e}",
-                spec.label(),
-                p.name
-            )
-        });
-        assert_eq!(
-            direct, through,
-            "etcd-client answers through the proxy ({} profile) differ from etcd {}",
-            p.name, spec.version
+            .unwrap_or_else(|e| panic!("{} ({}): {e}", spec.label(), transport.name()));
+        let direct = core_scenarios(&Endpoint::etcd(&etcd), "/ec/direct/").await;
+        let direct = direct
+            .unwrap_or_else(|e| panic!("{} direct ({}): {e}", spec.label(), transport.name()));
+        assert!(
+            direct.len() > 20,
+            "the transcript is too short to mean anything: {direct:#?}"
         );
+        if let Some(reference) = &plain {
+            assert_eq!(
+                reference,
+                &direct,
+                "etcd-client answers from etcd {} over {} differ from those in the clear",
+                spec.version,
+                transport.name()
+            );
+        }
+        for p in profiles.iter().filter(|p| p.transport == transport) {
+            let proxy = setup
+                .start_proxy(p, &etcd, &[])
+                .await
+                .expect("start the proxy");
+            let prefix = format!("/ec/proxy-{}/", p.name);
+            let through = core_scenarios(&Endpoint::proxy(&proxy), &prefix).await;
+            drop(proxy);
+            let through = through.unwrap_or_else(|e| {
+                panic!(
+                    "{} through the proxy ({} profile): {e}",
+                    spec.label(),
+                    p.name
+                )
+            });
+            assert_eq!(
+                direct, through,
+                "etcd-client answers through the proxy ({} profile) differ from etcd {}",
+                p.name, spec.version
+            );
+        }
+        etcd.stop().await;
+        plain.get_or_insert(direct);
     }
-    etcd.stop().await;
+    let direct = plain.expect("direct in the clear ran");
     let model = target::start_model(MODEL_SEED)
         .await
         .expect("start the model");
-    let on_model = core_scenarios(&model.addr(), "/ec/model/").await;
+    let on_model = core_scenarios(&Endpoint::plain(model.addr()), "/ec/model/").await;
     model.stop().await;
     let on_model = on_model.unwrap_or_else(|e| panic!("{} on the model: {e}", spec.label()));
     assert_eq!(
@@ -320,6 +359,8 @@ async fn compare_on(spec: &Spec) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_sees_the_same_answers_through_the_proxy_as_from_etcd() {
+    let profiles = profile::selected().unwrap_or_else(|e| panic!("{e}"));
+    let setup = Setup::new(&profiles).unwrap_or_else(|e| panic!("setting the profiles up: {e}"));
     let mut ran = 0;
     for spec in testkit::etcd::discover()
         .await
@@ -330,7 +371,7 @@ async fn etcd_client_sees_the_same_answers_through_the_proxy_as_from_etcd() {
             Some(why) if testkit::ci() => panic!("{} missing under CI=true: {why}", spec.label()),
             Some(why) => eprintln!("SKIPPED {}: {why}", spec.label()),
             None => {
-                compare_on(spec).await;
+                compare_on(spec, &setup, &profiles).await;
                 ran += 1;
             }
         }

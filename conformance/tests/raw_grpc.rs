@@ -1,7 +1,7 @@
 //! The raw etcd v3 gRPC API where etcdctl cannot reach: client-chosen watch IDs, progress requests, fragmented
 //! watch responses, half-closed watch and keep-alive streams, watches across compaction. Every case runs on etcd
-//! directly, through the proxy and (where it can) on the sim's model etcd, for every etcd version installed as a
-//! process. The normalised transcripts (keys without the run's prefix, revisions relative to its start) must be
+//! directly (in the clear, and over TLS when the `tls` profile runs), through the proxy under every profile and
+//! (where it can) on the sim's model etcd, for every etcd version installed as a process. The normalised transcripts (keys without the run's prefix, revisions relative to its start) must be
 //! identical, and `direct`'s is pinned per etcd version by an insta snapshot
 //! (`testdata/conformance/snapshots/etcd-<version>/raw-grpc__<case>.snap`; `INSTA_UPDATE=always` records).
 
@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use conformance::{profile, target};
+use conformance::profile::{self, Endpoint, Setup, Transport};
+use conformance::target;
 use prost::Message as _;
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::lease_client::LeaseClient;
@@ -23,11 +24,11 @@ use proto::etcdserverpb::{
 };
 use proto::mvccpb::KeyValue;
 use proto::mvccpb::event::EventType;
-use testkit::{Backend, Etcd};
+use testkit::Backend;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 /// A hang guard for one stream read: far above what any answer takes.
 const READ_TIMEOUT: Duration = Duration::from_secs(20);
@@ -45,10 +46,23 @@ struct Run {
 }
 
 impl Run {
-    async fn start(endpoint: &str, prefix: &str) -> Result<Run, String> {
-        let channel = Channel::from_shared(format!("http://{endpoint}"))
+    async fn start(at: &Endpoint, prefix: &str) -> Result<Run, String> {
+        let endpoint = at.url();
+        let mut builder = Channel::from_shared(endpoint.clone())
             .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(5));
+        if let Some(tls) = &at.tls {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).map_err(|e| format!("read {}: {e}", p.display()))
+            };
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
+                .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+            builder = builder
+                .tls_config(config)
+                .map_err(|e| format!("TLS for {endpoint}: {e}"))?;
+        }
+        let channel = builder
             .connect()
             .await
             .map_err(|e| format!("connect to {endpoint}: {e}"))?;
@@ -63,7 +77,7 @@ impl Run {
             .header
             .map_or(0, |h| h.revision);
         Ok(Run {
-            endpoint: endpoint.to_string(),
+            endpoint,
             channel,
             prefix: prefix.to_string(),
             base,
@@ -655,7 +669,7 @@ const PLAIN: Case = Case {
 };
 
 async fn transcript(
-    endpoint: &str,
+    endpoint: &Endpoint,
     prefix: &str,
     body: &impl AsyncFn(&mut Run) -> Result<(), String>,
 ) -> Result<Vec<String>, String> {
@@ -698,15 +712,17 @@ fn prefix(mark: char) -> String {
     format!("/raw/{mark}/")
 }
 
-/// Runs `body` on every etcd version installed as a process: direct, through the proxy binary under every flag
-/// profile, on the model; checks direct's snapshot and that the others answer like direct. Every difference is
-/// reported, then the test fails.
+/// Runs `body` on every etcd version installed as a process: direct (in the clear, and on every other transport a
+/// profile uses), through the proxy binary under every flag profile (in front of etcd on its transport), on the
+/// model; checks direct's snapshot, that direct on another transport answers like direct, and that the others
+/// answer like direct on their transport. Every difference is reported, then the test fails.
 async fn check(case: Case, body: impl AsyncFn(&mut Run) -> Result<(), String>) {
     let profiles = profile::selected().unwrap_or_else(|e| panic!("{e}"));
     assert!(
         profiles.len() <= 10,
         "one prefix character per profile: 0 to 9"
     );
+    let setup = Setup::new(&profiles).unwrap_or_else(|e| panic!("setting the profiles up: {e}"));
     let mut failures = Vec::new();
     let mut ran = 0;
     for spec in testkit::etcd::discover()
@@ -720,44 +736,71 @@ async fn check(case: Case, body: impl AsyncFn(&mut Run) -> Result<(), String>) {
             eprintln!("SKIPPED {label}: {why}");
             continue;
         }
-        let etcd = Etcd::start(&spec, case.etcd_flags)
-            .await
-            .unwrap_or_else(|e| panic!("{label}: {e}"));
-        let direct = transcript(&etcd.endpoint(), &prefix('d'), &body).await;
-        let mut through = Vec::new();
-        for (p, mark) in profiles.iter().zip('0'..='9') {
-            let proxy = target::start_proxy(p, &etcd.endpoint(), case.proxy_flags)
+        // Plain first: its transcript is the reference for the other transports and the model.
+        let mut plain: Option<Vec<String>> = None;
+        for transport in profile::transports(&profiles) {
+            let etcd = setup
+                .start_etcd(&spec, transport, case.etcd_flags)
                 .await
-                .unwrap_or_else(|e| panic!("{label}: start the proxy: {e}"));
-            through.push((
-                p.name,
-                transcript(&proxy.addr(), &prefix(mark), &body).await,
-            ));
-        }
-        let direct = match direct {
-            Ok(d) => d,
-            Err(e) => {
-                let tail = etcd.log_tail().await;
-                etcd.stop().await;
-                panic!("{label} direct: {e}\netcd log tail:\n{tail}");
+                .unwrap_or_else(|e| panic!("{label} ({}): {e}", transport.name()));
+            let direct = transcript(&Endpoint::etcd(&etcd), &prefix('d'), &body).await;
+            let mut through = Vec::new();
+            for (p, mark) in profiles.iter().zip('0'..='9') {
+                if p.transport != transport {
+                    continue;
+                }
+                let proxy = setup
+                    .start_proxy(p, &etcd, case.proxy_flags)
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: start the proxy: {e}"));
+                through.push((
+                    p.name,
+                    transcript(&Endpoint::proxy(&proxy), &prefix(mark), &body).await,
+                ));
             }
-        };
-        etcd.stop().await;
-        if let Err(e) = check_snapshot(spec.version.name(), case.name, &direct) {
-            failures.push(format!("{label}: {e}"));
-        }
-        for (name, t) in &through {
-            if let Some(d) = compare(&format!("proxy ({name} profile)"), &direct, t) {
-                failures.push(format!("{label}: {d}"));
+            let direct = match direct {
+                Ok(d) => d,
+                Err(e) => {
+                    let tail = etcd.log_tail().await;
+                    etcd.stop().await;
+                    panic!(
+                        "{label} direct ({}): {e}\netcd log tail:\n{tail}",
+                        transport.name()
+                    );
+                }
+            };
+            etcd.stop().await;
+            match (&plain, transport) {
+                (_, Transport::Plain) => {
+                    if let Err(e) = check_snapshot(spec.version.name(), case.name, &direct) {
+                        failures.push(format!("{label}: {e}"));
+                    }
+                }
+                (Some(reference), t) => {
+                    let who = format!("direct over {}", t.name());
+                    if let Some(d) = compare(&who, reference, &Ok(direct.clone())) {
+                        failures.push(format!("{label}: {d}"));
+                    }
+                }
+                (None, t) => panic!("{} ran before plain", t.name()),
+            }
+            for (name, t) in &through {
+                if let Some(d) = compare(&format!("proxy ({name} profile)"), &direct, t) {
+                    failures.push(format!("{label}: {d}"));
+                }
+            }
+            if transport == Transport::Plain {
+                plain = Some(direct);
             }
         }
+        let direct = plain.expect("direct in the clear ran");
         match case.model_unsupported {
             Some(why) => eprintln!("SKIPPED model for {} ({label}): {why}", case.name),
             None => {
                 let model = target::start_model(MODEL_SEED)
                     .await
                     .unwrap_or_else(|e| panic!("start the model: {e}"));
-                let m = transcript(&model.addr(), &prefix('m'), &body).await;
+                let m = transcript(&Endpoint::plain(model.addr()), &prefix('m'), &body).await;
                 model.stop().await;
                 let defect = case
                     .model_defect

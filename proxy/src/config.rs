@@ -6,30 +6,43 @@ use std::time::Duration;
 
 pub use crate::upstream::identity::Credentials;
 
-/// One etcd client endpoint, normalised to `host:port` (the scheme, if any, was `http://`).
+/// One etcd client endpoint, normalised to `host:port`, with the scheme it was given with.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Endpoint(String);
+pub struct Endpoint {
+    authority: String,
+    scheme: Scheme,
+}
+
+/// How an endpoint was written: the scheme decides TLS, and a bare `host:port` follows the TLS flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scheme {
+    /// `host:port`: TLS when any TLS flag towards etcd is given, as clientv3 does.
+    Bare,
+    /// `http://`: plaintext.
+    Http,
+    /// `https://`: TLS.
+    Https,
+}
 
 impl Endpoint {
-    /// Parses `host:port` or `http://host:port` (a trailing `/` is allowed). Other schemes are errors.
+    /// Parses `host:port`, `http://host:port` or `https://host:port` (a trailing `/` is allowed). Other schemes are
+    /// errors.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let trimmed = raw.trim();
-        let rest = if let Some(rest) = trimmed.strip_prefix("http://") {
-            rest
-        } else if trimmed.starts_with("https://") || trimmed.starts_with("unixs://") {
-            return Err(format!(
-                "endpoint {raw:?}: TLS towards etcd is not supported yet"
-            ));
-        } else if trimmed.starts_with("unix://") {
+        let (scheme, rest) = if let Some(rest) = trimmed.strip_prefix("http://") {
+            (Scheme::Http, rest)
+        } else if let Some(rest) = trimmed.strip_prefix("https://") {
+            (Scheme::Https, rest)
+        } else if trimmed.starts_with("unix://") || trimmed.starts_with("unixs://") {
             return Err(format!(
                 "endpoint {raw:?}: unix sockets are not supported yet"
             ));
         } else if trimmed.contains("://") {
             return Err(format!(
-                "endpoint {raw:?}: unknown scheme (expected host:port or http://host:port)"
+                "endpoint {raw:?}: unknown scheme (expected host:port, http://host:port or https://host:port)"
             ));
         } else {
-            trimmed
+            (Scheme::Bare, trimmed)
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         let (host, port) =
@@ -44,18 +57,26 @@ impl Endpoint {
             .ok_or_else(|| {
                 format!("endpoint {raw:?}: port must be a number between 1 and 65535")
             })?;
-        Ok(Self(rest.to_string()))
+        Ok(Self {
+            authority: rest.to_string(),
+            scheme,
+        })
+    }
+
+    /// How the endpoint was written.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
     }
 
     /// `host:port`, as dialled and as shown in metrics labels.
     pub fn authority(&self) -> &str {
-        &self.0
+        &self.authority
     }
 }
 
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.authority)
     }
 }
 
@@ -92,6 +113,31 @@ pub fn parse_listen_addr(raw: &str) -> Result<SocketAddr, String> {
         _ => Err(format!(
             "listen address {raw:?}: expected ip:port (for example 127.0.0.1:23790)"
         )),
+    }
+}
+
+/// `--metrics-addr`: where `/metrics` and `/health` are also served, and whether over TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricsListen {
+    pub addr: SocketAddr,
+    pub tls: bool,
+}
+
+impl MetricsListen {
+    /// Parses `http://ip:port` or `https://ip:port` (`localhost` allowed), as etcd's `--metrics-addr` takes it.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let (tls, rest) = if let Some(rest) = raw.strip_prefix("http://") {
+            (false, rest)
+        } else if let Some(rest) = raw.strip_prefix("https://") {
+            (true, rest)
+        } else {
+            return Err(format!(
+                "--metrics-addr {raw:?}: expected http://host:port or https://host:port"
+            ));
+        };
+        let addr = parse_listen_addr(rest.strip_suffix('/').unwrap_or(rest))
+            .map_err(|e| format!("--metrics-addr: {e}"))?;
+        Ok(Self { addr, tls })
     }
 }
 
@@ -134,6 +180,12 @@ pub struct Config {
     pub user: Option<Credentials>,
     /// `--namespace`: the prefix under which clients' keys live in etcd; empty for none.
     pub namespace: Vec<u8>,
+    /// TLS towards clients, on the main port (and on `--metrics-addr` when it is `https://`).
+    pub server_tls: Option<crate::tls::ServerSettings>,
+    /// TLS towards etcd; `None`: plaintext.
+    pub upstream_tls: Option<crate::tls::ClientSettings>,
+    /// `--metrics-addr`: a listener of its own for `/metrics` and `/health`.
+    pub metrics_listen: Option<MetricsListen>,
     /// Seed of every random choice the proxy makes, so that a run can be reproduced.
     pub seed: u64,
     /// How long graceful shutdown waits for in-flight calls before closing connections.
@@ -164,6 +216,9 @@ impl Config {
             watch_max_join_lag: 0,
             user: None,
             namespace: Vec::new(),
+            server_tls: None,
+            upstream_tls: None,
+            metrics_listen: None,
             seed,
             shutdown_grace: Duration::from_secs(10),
         }
@@ -188,6 +243,7 @@ mod tests {
             ("http://127.0.0.1:2379", "127.0.0.1:2379"),
             ("http://etcd-0.example:2379/", "etcd-0.example:2379"),
             (" localhost:1 ", "localhost:1"),
+            ("https://127.0.0.1:2379", "127.0.0.1:2379"),
             ("[::1]:2379", "[::1]:2379"),
         ] {
             assert_eq!(Endpoint::parse(raw).unwrap().authority(), want, "{raw}");
@@ -207,7 +263,6 @@ mod tests {
             ("[zz]:1", "missing or malformed host"),
             ("a b:1", "missing or malformed host"),
             ("user@host:1", "missing or malformed host"),
-            ("https://127.0.0.1:2379", "not supported yet"),
             ("unix://sock", "not supported yet"),
             ("ftp://x:1", "unknown scheme"),
         ] {

@@ -28,6 +28,7 @@ pub mod namespace;
 pub mod net;
 pub mod rpc;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 pub mod watch;
 pub mod wire;
@@ -48,30 +49,44 @@ pub enum StartError {
     },
     #[error("cannot register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("{0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A proxy whose listener is bound but which does not serve yet; lets callers learn the port before serving.
 pub struct BoundProxy {
     config: Config,
     listener: Box<dyn net::Listener>,
+    /// `--metrics-addr`'s listener.
+    metrics_listener: Option<Box<dyn net::Listener>>,
+    server_tls: Option<Arc<tls::ServerTls>>,
+    upstream_tls: Option<Arc<tls::ClientTls>>,
     net: Arc<dyn net::Net>,
     local_addr: SocketAddr,
 }
 
 impl BoundProxy {
-    /// Binds `config.listen_addr` through `net`.
+    /// Loads the TLS files and binds `config.listen_addr` (and `--metrics-addr`) through `net`.
     pub async fn bind(config: Config, net: Arc<dyn net::Net>) -> Result<Self, StartError> {
-        let addr = config.listen_addr;
-        let listener = net
-            .bind(addr)
-            .await
-            .map_err(|source| StartError::Listen { addr, source })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| StartError::Listen { addr, source })?;
+        let server_tls = match &config.server_tls {
+            Some(settings) => Some(Arc::new(tls::ServerTls::new(settings)?)),
+            None => None,
+        };
+        let upstream_tls = match &config.upstream_tls {
+            Some(settings) => Some(Arc::new(tls::ClientTls::new(settings)?)),
+            None => None,
+        };
+        let (listener, local_addr) = bind(&*net, config.listen_addr).await?;
+        let metrics_listener = match config.metrics_listen {
+            Some(metrics) => Some(bind(&*net, metrics.addr).await?.0),
+            None => None,
+        };
         Ok(Self {
             config,
             listener,
+            metrics_listener,
+            server_tls,
+            upstream_tls,
             net,
             local_addr,
         })
@@ -86,15 +101,37 @@ impl BoundProxy {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
         let metrics = metrics::Metrics::new(prometheus::Registry::new())?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let upstream =
-            upstream::Upstream::new(&self.config, self.net, metrics.clone(), stop_rx.clone());
+        let upstream = upstream::Upstream::new(
+            &self.config,
+            self.net,
+            self.upstream_tls,
+            metrics.clone(),
+            stop_rx.clone(),
+        );
         let app = Arc::new(server::App {
             rpc: rpc::Rpc::new(&upstream, &metrics, &self.config),
             upstream,
             metrics,
         });
-        tracing::info!(addr = %self.local_addr, "started gRPC proxy");
-        let serving = server::serve(self.listener, app, &self.config, stop_rx);
+        if let Some(listener) = self.metrics_listener {
+            let metrics_port = server::Port {
+                listener,
+                tls: self
+                    .server_tls
+                    .clone()
+                    .filter(|_| self.config.metrics_listen.is_some_and(|m| m.tls)),
+                routes: server::Routes::AdminOnly,
+            };
+            let (app, config, stop_rx) = (app.clone(), self.config.clone(), stop_rx.clone());
+            tokio::spawn(async move { server::serve(metrics_port, app, &config, stop_rx).await });
+        }
+        tracing::info!(addr = %self.local_addr, tls = self.server_tls.is_some(), "started gRPC proxy");
+        let main_port = server::Port {
+            listener: self.listener,
+            tls: self.server_tls,
+            routes: server::Routes::All,
+        };
+        let serving = server::serve(main_port, app, &self.config, stop_rx);
         tokio::pin!(serving);
         tokio::select! {
             _ = &mut serving => {}
@@ -106,6 +143,20 @@ impl BoundProxy {
         }
         Ok(())
     }
+}
+
+async fn bind(
+    net: &dyn net::Net,
+    addr: SocketAddr,
+) -> Result<(Box<dyn net::Listener>, SocketAddr), StartError> {
+    let listener = net
+        .bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { addr, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| StartError::Listen { addr, source })?;
+    Ok((listener, local_addr))
 }
 
 /// The whole proxy: binds, serves until `shutdown` completes, then shuts down gracefully.

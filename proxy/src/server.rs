@@ -22,6 +22,7 @@ use tonic::body::Body;
 use crate::config::Config;
 use crate::metrics::{self, Metrics};
 use crate::net::Listener;
+use crate::tls::ServerTls;
 use crate::upstream::{Upstream, shutting_down};
 
 /// What every request handler needs.
@@ -31,14 +32,35 @@ pub struct App {
     pub metrics: Metrics,
 }
 
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// The main port: gRPC and the admin routes.
+    All,
+    /// `--metrics-addr`: the admin routes only, as etcd's metrics listener.
+    AdminOnly,
+}
+
+/// One listener: what it serves, and the TLS its connections go through first (`None`: plaintext).
+pub struct Port {
+    pub listener: Box<dyn Listener>,
+    pub tls: Option<Arc<ServerTls>>,
+    pub routes: Routes,
+}
+
 /// Accepts connections until `shutdown` turns true, then lets each connection finish its calls (streams are ended
 /// by the upstream relay) for up to `config.shutdown_grace` before closing it.
 pub async fn serve(
-    mut listener: Box<dyn Listener>,
+    port: Port,
     app: Arc<App>,
     config: &Config,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Port {
+        mut listener,
+        tls,
+        routes,
+    } = port;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http2()
@@ -55,9 +77,15 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((conn, peer)) => {
                     tracing::debug!(%peer, "client connected");
-                    let builder = builder.clone();
-                    let app = app.clone();
-                    connections.spawn(serve_connection(builder, conn, app, connection_shutdown.clone(), grace));
+                    let serving = Serving {
+                        builder: builder.clone(),
+                        app: app.clone(),
+                        tls: tls.clone(),
+                        routes,
+                        shutdown: connection_shutdown.clone(),
+                        grace,
+                    };
+                    connections.spawn(serving.connection(conn, peer));
                 }
                 Err(err) => {
                     // Running out of file descriptors and the like: keep serving the connections we have.
@@ -72,42 +100,70 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
-async fn serve_connection(
+/// What one connection is served with.
+struct Serving {
     builder: auto::Builder<TokioExecutor>,
-    conn: crate::net::Conn,
     app: Arc<App>,
-    mut shutdown: watch::Receiver<bool>,
+    tls: Option<Arc<ServerTls>>,
+    routes: Routes,
+    shutdown: watch::Receiver<bool>,
     grace: Duration,
-) {
-    // Boxed: hyper moves each call's future into a task of its own and the task moves it again, and the whole
-    // call (upstream attempt and retries included) is a large future; moving a box is moving a pointer. Profiles
-    // showed these copies as the largest single cost in the proxy's own code.
-    let service = hyper::service::service_fn(move |request| Box::pin(handle(app.clone(), request)));
-    let connection = builder.serve_connection(TokioIo::new(conn), service);
-    tokio::pin!(connection);
-    tokio::select! {
-        result = connection.as_mut() => {
-            if let Err(err) = result {
-                tracing::debug!(%err, "client connection ended with an error");
+}
+
+impl Serving {
+    async fn connection(mut self, conn: crate::net::Conn, peer: std::net::SocketAddr) {
+        let conn = match &self.tls {
+            // A handshake still running at shutdown is dropped: it has no calls to finish.
+            Some(tls) => tokio::select! {
+                accepted = tls.accept(conn) => match accepted {
+                    Ok(conn) => conn,
+                    Err(err) => {
+                        tracing::debug!(%peer, %err, "TLS handshake with a client failed");
+                        return;
+                    }
+                },
+                _ = shutting_down(&mut self.shutdown) => return,
+            },
+            None => conn,
+        };
+        let (app, routes) = (self.app, self.routes);
+        // Boxed: hyper moves each call's future into a task of its own and the task moves it again, and the whole
+        // call (upstream attempt and retries included) is a large future; moving a box is moving a pointer.
+        // Profiles showed these copies as the largest single cost in the proxy's own code.
+        let service = hyper::service::service_fn(move |request| {
+            Box::pin(handle(app.clone(), routes, request))
+        });
+        let connection = self.builder.serve_connection(TokioIo::new(conn), service);
+        tokio::pin!(connection);
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "client connection ended with an error");
+                }
+                return;
             }
-            return;
+            _ = shutting_down(&mut self.shutdown) => {}
         }
-        _ = shutting_down(&mut shutdown) => {}
-    }
-    connection.as_mut().graceful_shutdown();
-    if tokio::time::timeout(grace, connection).await.is_err() {
-        tracing::warn!(
-            "closing a client connection that did not finish within the shutdown grace period"
-        );
+        connection.as_mut().graceful_shutdown();
+        if tokio::time::timeout(self.grace, connection).await.is_err() {
+            tracing::warn!(
+                "closing a client connection that did not finish within the shutdown grace period"
+            );
+        }
     }
 }
 
 /// Routes one request: gRPC by content type, admin routes by path.
-async fn handle(app: Arc<App>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let is_grpc = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+async fn handle(
+    app: Arc<App>,
+    routes: Routes,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let is_grpc = routes == Routes::All
+        && request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
     if is_grpc {
         return Ok(grpc(&app, request).await);
     }

@@ -7,6 +7,7 @@ mod support;
 use support::net::BusyPort;
 use support::proxy::{Exited, try_start};
 use testkit::free_port;
+use testkit::pki::{Ca, Leaf};
 
 /// Asserts a clean failure: a non-zero exit code (not a signal), no panic, and a stderr line
 /// containing every one of `needles` (case-insensitive). Returns that line.
@@ -70,9 +71,7 @@ async fn malformed_endpoints_are_rejected_with_the_endpoint_named() {
 async fn unsupported_flags_are_rejected_as_not_supported() {
     let dead = dead_endpoint();
     for flag in [
-        "--cert-file=x",
-        "--key-file=x",
-        "--trusted-ca-file=x",
+        "--grpc-keepalive-min-time=1s",
         "--advertise-client-url=127.0.0.1:1",
         "--resolver-prefix=/p",
     ] {
@@ -81,13 +80,138 @@ async fn unsupported_flags_are_rejected_as_not_supported() {
     }
 }
 
+/// TLS files that cannot serve stop the proxy at start, with the file and the reason named.
 #[tokio::test]
-async fn tls_endpoint_is_rejected_as_not_supported() {
-    check(
-        &["start", "--endpoints=https://127.0.0.1:2379"],
-        &["not supported", "https://127.0.0.1:2379"],
-    )
-    .await;
+async fn tls_files_that_cannot_serve_are_named_with_the_reason() {
+    let dir = testkit::dirs::temp_dir("bad-tls-").expect("temp dir");
+    let ca = Ca::new("bad-input-ca").expect("CA");
+    let server = ca
+        .server()
+        .expect("server certificate")
+        .write(dir.path(), "server")
+        .expect("write");
+    let expired = ca
+        .issue(&Leaf::server().expired())
+        .expect("issue")
+        .write(dir.path(), "expired")
+        .expect("write");
+    let future = ca
+        .issue(&Leaf::server().not_yet_valid())
+        .expect("issue")
+        .write(dir.path(), "future")
+        .expect("write");
+    let other = ca
+        .server()
+        .expect("server certificate")
+        .write(dir.path(), "other")
+        .expect("write");
+    let with_cn = ca
+        .client(Some("root"))
+        .expect("client certificate")
+        .write(dir.path(), "cn")
+        .expect("write");
+    let ca_file = ca.write(dir.path(), "ca").expect("write CA");
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello").expect("write");
+    let missing = dir.path().join("missing.pem");
+    let path = |p: &std::path::Path| p.display().to_string();
+    let dead = dead_endpoint();
+    let listen = |cert: &std::path::Path, key: &std::path::Path| {
+        vec![
+            format!("--cert-file={}", path(cert)),
+            format!("--key-file={}", path(key)),
+        ]
+    };
+    let cases: Vec<(Vec<String>, Vec<String>)> = vec![
+        (
+            listen(&missing, &server.1),
+            vec![path(&missing), "cannot read".into()],
+        ),
+        (
+            listen(&not_pem, &server.1),
+            vec![path(&not_pem), "no certificate".into()],
+        ),
+        (
+            listen(&server.0, &not_pem),
+            vec![path(&not_pem), "no private key".into()],
+        ),
+        (
+            listen(&expired.0, &expired.1),
+            vec![path(&expired.0), "expired".into()],
+        ),
+        (
+            listen(&future.0, &future.1),
+            vec![path(&future.0), "not valid before".into()],
+        ),
+        (
+            listen(&server.0, &other.1),
+            vec![path(&server.0), path(&other.1), "does not match".into()],
+        ),
+        (
+            [
+                listen(&server.0, &server.1),
+                vec![format!("--trusted-ca-file={}", path(&not_pem))],
+            ]
+            .concat(),
+            vec![path(&not_pem), "no certificate".into()],
+        ),
+        (
+            vec![
+                format!("--cert={}", path(&with_cn.0)),
+                format!("--key={}", path(&with_cn.1)),
+                format!("--cacert={}", path(&ca_file)),
+            ],
+            vec![
+                path(&with_cn.0),
+                "Common Name \"root\"".into(),
+                "--allow-cert-common-name".into(),
+            ],
+        ),
+        (
+            vec![format!("--cacert={}", path(&missing))],
+            vec![path(&missing), "cannot read".into()],
+        ),
+    ];
+    for (flags, needles) in cases {
+        let args: Vec<&str> = ["start", dead.as_str()]
+            .into_iter()
+            .chain(flags.iter().map(String::as_str))
+            .collect();
+        let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+        check(&args, &needles).await;
+    }
+}
+
+#[tokio::test]
+async fn tls_flags_that_would_change_nothing_or_that_rustls_lacks_are_refused() {
+    for (flags, needles) in [
+        (
+            &["--endpoints=https://127.0.0.1:1,http://127.0.0.1:2"][..],
+            &["mixes http:// and https://"][..],
+        ),
+        (
+            &["--trusted-ca-file=ca.pem"],
+            &["--trusted-ca-file", "TLS towards clients, which is off"],
+        ),
+        (
+            &["--auto-tls", "--tls-min-version=TLS1.1"],
+            &["TLS1.1", "not supported"],
+        ),
+        (
+            &[
+                "--auto-tls",
+                "--listen-cipher-suites=TLS_RSA_WITH_AES_128_CBC_SHA",
+            ],
+            &["TLS_RSA_WITH_AES_128_CBC_SHA is not supported"],
+        ),
+        (
+            &["--metrics-addr=https://127.0.0.1:1"],
+            &["--metrics-addr", "--cert-file"],
+        ),
+    ] {
+        let args: Vec<&str> = ["start"].into_iter().chain(flags.iter().copied()).collect();
+        check(&args, needles).await;
+    }
 }
 
 #[tokio::test]

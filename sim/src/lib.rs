@@ -10,7 +10,12 @@
 //! - [`model`]: the model etcd (one MVCC store shared by several members, leases on virtual time, watch) served as
 //!   etcd's real tonic services on any listener ([`model::serve`]); also used over real TCP by the conformance
 //!   suite.
-//! - [`topology`]: host names and ports; tonic channels and `etcd-client` clients over the simulated network.
+//! - [`topology`]: host names and ports; tonic channels and `etcd-client` clients over the simulated network,
+//!   plaintext or TLS ([`topology::Dialer`]).
+//! - [`tls`]: TLS in a world, on every connection: `Settings { tls: Some(TlsFiles { .. }), .. }` makes the members
+//!   serve TLS (client certificates required), the proxy serve and dial TLS (`server_tls`, `upstream_tls`), and
+//!   [`world::World::dialer`] dial TLS; the handshakes run above the `Net` seam, over turmoil. The PEM files come
+//!   from the test (`tests/tls.rs` makes them with `testkit::pki`).
 //! - [`fault`]: seeded fault plans (crash/restart, partitions both ways and one way, held links, latency and
 //!   jitter, proxy restarts) and their application.
 //! - [`world`]: one simulated world (one proxy, or several with their own configurations) and its run loop; stops
@@ -27,6 +32,7 @@ pub mod model;
 pub mod net;
 pub mod scenario;
 pub mod seeds;
+pub mod tls;
 pub mod topology;
 pub mod trace;
 pub mod world;

@@ -7,10 +7,15 @@ pub const DEFAULT_SEEDS: u64 = 64;
 
 /// The seeds to sweep, from the environment.
 pub fn sweep() -> Vec<u64> {
+    sweep_or(DEFAULT_SEEDS)
+}
+
+/// [`sweep`] with another default count, for a sweep that costs more per seed (the TLS one).
+pub fn sweep_or(default: u64) -> Vec<u64> {
     if let Some(seed) = env_u64("SIM_SEED") {
         return vec![seed];
     }
-    let count = env_u64("SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
+    let count = env_u64("SIM_SEEDS").unwrap_or(default);
     (0..count).collect()
 }
 

@@ -1,5 +1,6 @@
 //! One simulated world: the model members, the production proxy (`proxy::run` over [`TurmoilNet`]; or several,
-//! each on its own host with its own configuration), the clients a scenario adds, and the fault plan.
+//! each on its own host with its own configuration), the clients a scenario adds, and the fault plan; in plaintext,
+//! or with [`Settings::tls`] mutual TLS on every connection (members, proxy and clients; see [`crate::tls`]).
 //! [`World::run`] steps virtual time, applies faults when due, and at the end shuts the proxies down and checks that
 //! they stopped cleanly with no task left behind.
 
@@ -11,7 +12,8 @@ use tokio::sync::watch;
 use crate::fault::{self, Fault, FaultPlan, FaultProfile};
 use crate::model::{self, Cluster};
 use crate::net::TurmoilNet;
-use crate::topology::{self, MEMBER_PORT, PROXY_HOST, PROXY_PORT, member_host};
+use crate::tls::TlsFiles;
+use crate::topology::{self, Dialer, MEMBER_PORT, PROXY_HOST, PROXY_PORT, member_host};
 use crate::trace::Trace;
 use proxy::net::Net;
 
@@ -25,6 +27,9 @@ pub struct Settings {
     pub plan: Option<FaultPlan>,
     /// Hard limit of virtual time; a run still going then has hung.
     pub limit: Duration,
+    /// Mutual TLS everywhere: the members serve TLS and require client certificates, the default proxy
+    /// ([`World::new`]) serves and dials TLS, and [`World::dialer`] gives clients that dial TLS. `None`: plaintext.
+    pub tls: Option<TlsFiles>,
 }
 
 /// How one proxy process ended (the proxy host records it when `run` returns).
@@ -46,6 +51,7 @@ pub struct World<'a> {
     proxy_exits: Arc<Mutex<Vec<ProxyExit>>>,
     /// How many proxy hosts the world has (each reports one exit at the end).
     proxies: usize,
+    dialer: Dialer,
 }
 
 /// What a finished run leaves for the checkers.
@@ -108,14 +114,19 @@ pub fn proxy_config(seed: u64, members: usize) -> proxy::Config {
 }
 
 impl<'a> World<'a> {
-    /// A world with one proxy on [`PROXY_HOST`], configured by [`proxy_config`].
+    /// A world with one proxy on [`PROXY_HOST`], configured by [`proxy_config`] (with TLS on both sides when
+    /// [`Settings::tls`] is set).
     pub fn new(settings: Settings) -> Self {
-        let config = proxy_config(settings.seed, settings.members);
+        let mut config = proxy_config(settings.seed, settings.members);
+        if let Some(tls) = &settings.tls {
+            tls.configure_proxy(&mut config);
+        }
         Self::with_proxies(settings, vec![(PROXY_HOST.to_string(), config)])
     }
 
     /// A world with the given proxies (host name, configuration; each listens on its own host) instead of the one
-    /// default proxy. The fault plan's link faults and proxy restarts act on [`PROXY_HOST`] only.
+    /// default proxy. The fault plan's link faults and proxy restarts act on [`PROXY_HOST`] only. The proxies'
+    /// configurations are used as given: with [`Settings::tls`], give them TLS too ([`TlsFiles::configure_proxy`]).
     pub fn with_proxies(settings: Settings, proxies: Vec<(String, proxy::Config)>) -> Self {
         let sim = turmoil::Builder::new()
             .rng_seed(settings.seed)
@@ -129,6 +140,14 @@ impl<'a> World<'a> {
             .build();
         let cluster = Cluster::new(settings.members, settings.seed);
         let (stop_proxy, _) = watch::channel(false);
+        let dialer = match &settings.tls {
+            Some(tls) => Dialer::tls(tls.client_connector()),
+            None => Dialer::plain(),
+        };
+        let acceptors = match &settings.tls {
+            Some(tls) => tls.member_acceptors(settings.members),
+            None => Vec::new(),
+        };
         let mut world = Self {
             sim,
             cluster,
@@ -141,9 +160,10 @@ impl<'a> World<'a> {
             stop_proxy,
             proxy_exits: Arc::default(),
             proxies: proxies.len(),
+            dialer,
         };
         for member in 0..world.settings.members {
-            world.add_member(member);
+            world.add_member(member, acceptors.get(member).cloned());
         }
         for (host, config) in proxies {
             world.add_proxy(&host, config);
@@ -151,14 +171,22 @@ impl<'a> World<'a> {
         world
     }
 
-    fn add_member(&mut self, member: usize) {
+    /// How this world's clients dial the proxy and the members: over TLS with the clients' certificate when
+    /// [`Settings::tls`] is set, plaintext otherwise. Scenarios hand it to every client they add.
+    pub fn dialer(&self) -> Dialer {
+        self.dialer.clone()
+    }
+
+    fn add_member(&mut self, member: usize, tls: Option<Arc<proxy::tls::ServerTls>>) {
         let cluster = self.cluster.clone();
         self.sim.host(member_host(member), move || {
             let cluster = cluster.clone();
+            let tls = tls.clone();
             async move {
                 let listener = TurmoilNet.bind(topology::listen_addr(MEMBER_PORT)).await?;
                 let options = model::ServeOptions {
                     keepalive: Some(MEMBER_KEEPALIVE),
+                    tls,
                 };
                 model::serve_with(cluster, member, listener, std::future::pending(), options)
                     .await?;

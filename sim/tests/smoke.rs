@@ -28,6 +28,7 @@ fn quiet_settings(seed: u64) -> Settings {
         },
         plan: None,
         limit: Duration::from_secs(20),
+        tls: None,
     }
 }
 

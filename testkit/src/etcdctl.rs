@@ -85,8 +85,26 @@ impl Etcdctl {
         self
     }
 
+    /// The same, talking TLS: trusting `tls.ca` (`--cacert`) and presenting `tls.cert` and `tls.key` (`--cert`,
+    /// `--key`). Its endpoint must be an `https://` URL.
+    pub fn with_tls(self, tls: &crate::pki::TlsPaths) -> Self {
+        self.with_cacert(&tls.ca)
+            .with_arg(format!("--cert={}", tls.cert.display()))
+            .with_arg(format!("--key={}", tls.key.display()))
+    }
+
+    /// The same, talking TLS trusting `ca` (`--cacert`) without presenting a certificate of its own.
+    pub fn with_cacert(self, ca: &Path) -> Self {
+        self.with_arg(format!("--cacert={}", ca.display()))
+    }
+
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The arguments given before every command's own ([`Etcdctl::with_arg`], [`Etcdctl::with_tls`]).
+    pub fn leading_args(&self) -> &[String] {
+        &self.leading
     }
 
     pub fn bin(&self) -> &Path {
@@ -395,6 +413,27 @@ mod tests {
     fn only_complete_lines_count() {
         assert_eq!(complete_lines("a\nb\npart"), vec!["a", "b"]);
         assert!(complete_lines("part").is_empty());
+    }
+
+    #[test]
+    fn tls_files_become_etcdctls_flags_before_the_commands_own() {
+        let tls = crate::pki::TlsPaths {
+            ca: "/pki/ca.pem".into(),
+            cert: "/pki/client.pem".into(),
+            key: "/pki/client-key.pem".into(),
+        };
+        let ctl = Etcdctl::new(Path::new("etcdctl"), "https://127.0.0.1:2379").with_tls(&tls);
+        assert_eq!(
+            ctl.leading_args(),
+            [
+                "--cacert=/pki/ca.pem",
+                "--cert=/pki/client.pem",
+                "--key=/pki/client-key.pem"
+            ]
+        );
+        let ca_only = Etcdctl::new(Path::new("etcdctl"), "https://127.0.0.1:2379")
+            .with_cacert(Path::new("/pki/ca.pem"));
+        assert_eq!(ca_only.leading_args(), ["--cacert=/pki/ca.pem"]);
     }
 
     #[test]

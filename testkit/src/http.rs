@@ -1,11 +1,16 @@
-//! `GET` over HTTP/1.1 on a fresh loopback connection: enough for `/health` and Prometheus `/metrics`.
+//! `GET` over HTTP/1.1 on a fresh loopback connection, in the clear or over TLS with a client certificate: enough
+//! for `/health` and Prometheus `/metrics`.
 //!
 //! etcd and both proxies answer HTTP/1.1 on their client ports. A raw socket is simpler than an HTTP client crate.
+//! Over TLS no ALPN protocol is offered: Go servers (etcd) that list only `h2` refuse a client offering just
+//! `http/1.1`, and without ALPN every server here speaks HTTP/1.1.
 #![allow(clippy::disallowed_types)]
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::pki::TlsPaths;
 
 /// How long one GET may take before it counts as failed.
 const GET_TIMEOUT: Duration = Duration::from_secs(10);
@@ -13,29 +18,68 @@ const GET_TIMEOUT: Duration = Duration::from_secs(10);
 /// `GET path` at `addr` (`127.0.0.1:PORT`); the status code and the body. Errors are strings, shown as
 /// "last seen" when a wait times out.
 pub async fn get(addr: &str, path: &str) -> Result<(u16, String), String> {
+    get_with(addr, path, None).await
+}
+
+/// `GET path` at `addr` over TLS, trusting `tls.ca` and presenting `tls.cert` (the files are read for each call,
+/// so a replaced certificate is used at once). The server must be valid for the host of `addr`.
+pub async fn get_tls(addr: &str, path: &str, tls: &TlsPaths) -> Result<(u16, String), String> {
+    get_with(addr, path, Some(tls)).await
+}
+
+/// [`get`] in the clear (`tls` is `None`) or [`get_tls`].
+pub async fn get_with(
+    addr: &str,
+    path: &str,
+    tls: Option<&TlsPaths>,
+) -> Result<(u16, String), String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr)
+        let stream = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect {addr}: {e}"))?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("write to {addr}: {e}"))?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|e| format!("read from {addr}: {e}"))?;
-        parse_response(&raw)
+        match tls {
+            None => request(stream, addr, path).await,
+            Some(tls) => {
+                let config = crate::pki::client_config(tls)?;
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                let name = rustls_pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| format!("server name {host:?}: {e}"))?;
+                let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+                request(stream, addr, path).await
+            }
+        }
     };
     tokio::time::timeout(GET_TIMEOUT, exchange)
         .await
         .unwrap_or_else(|_| {
             Err(format!(
-                "GET http://{addr}{path}: no answer within {GET_TIMEOUT:?}"
+                "GET {scheme}://{addr}{path}: no answer within {GET_TIMEOUT:?}"
             ))
         })
+}
+
+async fn request(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    addr: &str,
+    path: &str,
+) -> Result<(u16, String), String> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("write to {addr}: {e}"))?;
+    let mut raw = Vec::new();
+    // A TLS peer that closes without close_notify still sent a whole response: keep what arrived.
+    if let Err(e) = stream.read_to_end(&mut raw).await
+        && (raw.is_empty() || e.kind() != std::io::ErrorKind::UnexpectedEof)
+    {
+        return Err(format!("read from {addr}: {e}"));
+    }
+    parse_response(&raw)
 }
 
 /// Splits a complete response (read until the server closed) into status and body, decoding a chunked body.

@@ -2,12 +2,17 @@
 //! run real processes. Dev-only; never a dependency of the product.
 //!
 //! - [`etcd`]: the etcd versions (3.4.23, 3.5.1, 3.5.30) and where they are installed; clusters of member
-//!   processes (kill, SIGSTOP/SIGCONT, restart); containers of a locally imported image; one member of either.
-//! - [`proxy`]: the proxy's release binary, built on first use, started with flags on a free port.
-//! - [`etcdctl`]: the real `etcdctl`, one-shot with a deadline or in the background.
+//!   processes (kill, SIGSTOP/SIGCONT, restart); containers of a locally imported image; one member of either;
+//!   client URLs in the clear or over TLS ([`etcd::EtcdTls`], `--client-cert-auth` included).
+//! - [`proxy`]: the proxy's release binary, built on first use, started with flags on a free port (readiness over
+//!   TLS when it serves TLS).
+//! - [`etcdctl`]: the real `etcdctl`, one-shot with a deadline or in the background; with TLS files or without.
 //! - [`normalize`]: the one set of rules that makes etcdctl output comparable between etcds.
 //! - [`process`]: a child process with a log file, killed by its own PID and on drop.
-//! - [`ports`], [`http`]: free loopback ports outside the kernel's ephemeral range, and a tiny HTTP/1.1 GET.
+//! - [`pki`]: certificates made in this process (a CA issuing server and client certificates, with or without a
+//!   Common Name, of chosen validity and key algorithm; CRLs), written and atomically replaced as PEM files.
+//! - [`ports`], [`http`]: free loopback ports outside the kernel's ephemeral range, and a tiny HTTP/1.1 GET, in the
+//!   clear or over TLS with a client certificate.
 //! - [`dirs`], [`wait`]: temporary directories on tmpfs, log tails, and waiting on a condition with a deadline.
 //! - [`diff`]: the line diff every failure report shows.
 //!
@@ -21,14 +26,16 @@ pub mod etcd;
 pub mod etcdctl;
 pub mod http;
 pub mod normalize;
+pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod proxy;
 pub mod wait;
 
-pub use etcd::{Backend, Binaries, Etcd, EtcdCluster, Spec, Version};
+pub use etcd::{Backend, Binaries, Etcd, EtcdCluster, EtcdTls, Spec, Version};
 pub use etcdctl::{Background, Etcdctl, Output};
 pub use normalize::Normalizer;
+pub use pki::TlsPaths;
 pub use ports::{free_port, try_free_port};
 pub use proxy::ProxyProcess;
 pub use wait::{try_wait_for, wait_for};

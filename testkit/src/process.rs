@@ -77,6 +77,18 @@ impl Process {
         timeout: Duration,
         ready: impl Fn(u16, &str) -> bool,
     ) -> Result<(), String> {
+        self.wait_http_with(addr, path, None, timeout, ready).await
+    }
+
+    /// [`Process::wait_http`], over TLS with `tls`'s CA and client certificate when `tls` is given.
+    pub async fn wait_http_with(
+        &mut self,
+        addr: &str,
+        path: &str,
+        tls: Option<&crate::pki::TlsPaths>,
+        timeout: Duration,
+        ready: impl Fn(u16, &str) -> bool,
+    ) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Some(status) = self.exit_status() {
@@ -86,7 +98,7 @@ impl Process {
                     self.log_tail(60)
                 ));
             }
-            let last = match http::get(addr, path).await {
+            let last = match http::get_with(addr, path, tls).await {
                 Ok((code, body)) if ready(code, &body) => return Ok(()),
                 Ok((code, body)) => format!("HTTP {code}: {body}"),
                 Err(e) => e,

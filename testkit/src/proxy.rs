@@ -3,12 +3,16 @@
 //! [`binary`] builds the release binary once per test process (cargo confirms it is up to date, so a test never
 //! runs a stale proxy) unless `ETCD_GRPC_PROXY_BIN` names one; a test binary of the `proxy` package may pass its
 //! own `CARGO_BIN_EXE_etcd-grpc-proxy` to [`ProxyProcess::start`] instead.
+//!
+//! A proxy started with TLS towards its clients ([`ProxyProcess::start_tls`]) is checked for readiness, and asked
+//! for `/health` and `/metrics`, over TLS with the client certificate it was started with.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::pki::TlsPaths;
 use crate::process::Process;
 use crate::{dirs, free_port, http};
 
@@ -69,6 +73,7 @@ fn build_release() -> Result<PathBuf, String> {
 /// A running proxy. Dropping it kills the process; during a panic the tail of its log is printed first.
 pub struct ProxyProcess {
     addr: String,
+    tls: Option<TlsPaths>,
     process: Process,
     _dir: tempfile::TempDir,
 }
@@ -91,6 +96,30 @@ impl ProxyProcess {
         flags: &[S],
         env: &[(&str, &str)],
     ) -> Result<Self, String> {
+        Self::start_with(bin, endpoints, flags, env, None).await
+    }
+
+    /// Like [`ProxyProcess::start_with_env`] for a proxy that serves TLS (`flags` carry its `--cert-file`,
+    /// `--key-file`, `--trusted-ca-file`): readiness is checked over TLS, trusting `client.ca` and presenting
+    /// `client.cert`, which [`ProxyProcess::health`] and [`ProxyProcess::metrics`] present too.
+    pub async fn start_tls<S: AsRef<std::ffi::OsStr>>(
+        bin: &Path,
+        endpoints: &[String],
+        flags: &[S],
+        env: &[(&str, &str)],
+        client: &TlsPaths,
+    ) -> Result<Self, String> {
+        Self::start_with(bin, endpoints, flags, env, Some(client.clone())).await
+    }
+
+    /// [`ProxyProcess::start_with_env`] (`tls` is `None`) or [`ProxyProcess::start_tls`].
+    pub async fn start_with<S: AsRef<std::ffi::OsStr>>(
+        bin: &Path,
+        endpoints: &[String],
+        flags: &[S],
+        env: &[(&str, &str)],
+        tls: Option<TlsPaths>,
+    ) -> Result<Self, String> {
         let addr = format!("127.0.0.1:{}", free_port());
         let dir = dirs::temp_dir("etcd-grpc-proxy-").map_err(|e| format!("temp dir: {e}"))?;
         let mut cmd = Command::new(bin);
@@ -101,10 +130,13 @@ impl ProxyProcess {
             .envs(env.iter().copied());
         let mut process = Process::spawn("etcd-grpc-proxy", cmd, &dir.path().join("proxy.log"))?;
         process
-            .wait_http(&addr, "/health", READY_TIMEOUT, |code, _| code == 200)
+            .wait_http_with(&addr, "/health", tls.as_ref(), READY_TIMEOUT, |code, _| {
+                code == 200
+            })
             .await?;
         Ok(Self {
             addr,
+            tls,
             process,
             _dir: dir,
         })
@@ -113,6 +145,19 @@ impl ProxyProcess {
     /// `127.0.0.1:PORT` it listens on (gRPC and HTTP).
     pub fn addr(&self) -> String {
         self.addr.clone()
+    }
+
+    /// Its endpoint as clients are given it: `127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with TLS.
+    pub fn endpoint(&self) -> String {
+        match self.tls {
+            None => self.addr(),
+            Some(_) => format!("https://{}", self.addr),
+        }
+    }
+
+    /// The client certificate (and CA) it was started with ([`ProxyProcess::start_tls`]), if it serves TLS.
+    pub fn client_tls(&self) -> Option<&TlsPaths> {
+        self.tls.as_ref()
     }
 
     pub fn pid(&self) -> u32 {
@@ -126,7 +171,7 @@ impl ProxyProcess {
 
     /// `GET /metrics`: the Prometheus text; panics unless it answers 200.
     pub async fn metrics(&self) -> String {
-        match http::get(&self.addr, "/metrics").await {
+        match http::get_with(&self.addr, "/metrics", self.tls.as_ref()).await {
             Ok((200, body)) => body,
             other => panic!("GET /metrics on the proxy: {other:?}"),
         }
@@ -134,7 +179,7 @@ impl ProxyProcess {
 
     /// `GET /health`: status code and body.
     pub async fn health(&self) -> Result<(u16, String), String> {
-        http::get(&self.addr, "/health").await
+        http::get_with(&self.addr, "/health", self.tls.as_ref()).await
     }
 
     /// The last `n` lines the proxy printed.

@@ -54,15 +54,33 @@ pub struct ConnectFailed {
     pub source: io::Error,
 }
 
-/// A tower `Service<Uri>` that dials through a [`Net`], for tonic's `connect_with_connector_lazy`.
+/// A handshake run on every new outbound connection before it is used: TLS towards etcd (`crate::tls::ClientTls`).
+/// Defined here, below TLS, so that the seam does not depend on what runs above it.
+pub trait Handshake: Send + Sync + 'static {
+    /// Runs the handshake on `conn`, a fresh connection to `authority` (`host:port`).
+    fn handshake<'a>(&'a self, conn: Conn, authority: &'a str) -> BoxFuture<'a, io::Result<Conn>>;
+}
+
+/// A tower `Service<Uri>` that dials through a [`Net`] (and runs a [`Handshake`] on what it gives, when TLS
+/// towards etcd is on), for tonic's `connect_with_connector_lazy`.
 #[derive(Clone)]
 pub struct Connector {
     net: Arc<dyn Net>,
+    tls: Option<Arc<dyn Handshake>>,
 }
 
 impl Connector {
+    /// Plaintext connections.
     pub fn new(net: Arc<dyn Net>) -> Self {
-        Self { net }
+        Self { net, tls: None }
+    }
+
+    /// Connections with the handshake `tls` runs, or plaintext for `None`.
+    pub fn with_tls<H: Handshake>(net: Arc<dyn Net>, tls: Option<Arc<H>>) -> Self {
+        Self {
+            net,
+            tls: tls.map(|h| h as Arc<dyn Handshake>),
+        }
     }
 }
 
@@ -77,9 +95,18 @@ impl tower::Service<Uri> for Connector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let net = self.net.clone();
+        let tls = self.tls.clone();
         Box::pin(async move {
             let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-            match net.connect(authority.clone()).await {
+            // Nothing of a call is sent before the handshake ends: a failed handshake is a failed connect.
+            let connected = async {
+                let conn = net.connect(authority.clone()).await?;
+                match &tls {
+                    Some(tls) => tls.handshake(conn, &authority).await,
+                    None => Ok(conn),
+                }
+            };
+            match connected.await {
                 Ok(conn) => Ok(TokioIo::new(conn)),
                 Err(source) => Err(ConnectFailed { authority, source }),
             }

@@ -63,10 +63,11 @@ impl Upstream {
     pub fn new(
         config: &Config,
         net: Arc<dyn Net>,
+        tls: Option<Arc<crate::tls::ClientTls>>,
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Self> {
-        let connector = Connector::new(net);
+        let connector = Connector::with_tls(net, tls);
         let members: Vec<Member> = config
             .endpoints
             .iter()

@@ -64,3 +64,22 @@ pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .and_then(|kib| kib.parse().ok())
         .unwrap_or_else(|| panic!("unreadable {line:?}"))
 }
+
+/// Opens a TCP connection to `addr`, sends nothing, and waits up to `limit` for the server to close it. Whether it
+/// did.
+pub async fn silent_connection_closed_within(addr: &str, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    let mut buf = [0u8; 64];
+    let closed = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(limit, closed).await.is_ok()
+}

@@ -1,18 +1,22 @@
 //! Serving one member: the model's tonic services on a listener from any `Net` (turmoil in the simulation, real
-//! TCP for the conformance suite), plus the task that expires leases on time.
+//! TCP for the conformance suite), in plaintext or over TLS, plus the task that expires leases on time.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use proto::etcdserverpb::cluster_server::ClusterServer;
 use proto::etcdserverpb::kv_server::KvServer;
 use proto::etcdserverpb::lease_server::LeaseServer;
 use proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use proto::etcdserverpb::watch_server::WatchServer;
-use proxy::net::{Conn, Listener};
+use proxy::net::{BoxFuture, Conn, Listener};
+use proxy::tls::ServerTls;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tonic::transport::server::Connected;
@@ -27,12 +31,24 @@ use super::watch_service::WatchService;
 const EXPIRY_IDLE_POLL: Duration = Duration::from_millis(500);
 
 /// How a member serves, beyond etcd's defaults.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ServeOptions {
     /// HTTP/2 keep-alive pings to clients: `(interval, timeout)`, etcd's `--grpc-keepalive-interval` and
     /// `--grpc-keepalive-timeout` (etcd pings after two idle hours; `None` here sends no pings). A connection whose
     /// client stops answering is closed, ending its streams and their watchers.
     pub keepalive: Option<(Duration, Duration)>,
+    /// Serve TLS: every accepted connection goes through this handshake first (etcd's `--cert-file`,
+    /// `--key-file`, and with a trusted CA `--client-cert-auth`); one that fails it is closed. `None`: plaintext.
+    pub tls: Option<Arc<ServerTls>>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("keepalive", &self.keepalive)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 /// Serves member `member` of `cluster` on `listener` until `shutdown` completes; then ends every Watch and
@@ -87,7 +103,7 @@ pub async fn serve_with(
             cluster: cluster.clone(),
             member,
         }))
-        .serve_with_incoming_shutdown(incoming(listener), signal);
+        .serve_with_incoming_shutdown(incoming(listener, options.tls), signal);
     tokio::pin!(server);
     let expiry = expire_leases(cluster);
     tokio::pin!(expiry);
@@ -122,21 +138,43 @@ async fn expire_leases(cluster: Cluster) {
 }
 
 /// The accepted connections as the stream tonic wants. A failed accept is retried: a simulated network refuses
-/// nothing at the listener, and a real one recovers from transient errors (too many open files).
+/// nothing at the listener, and a real one recovers from transient errors (too many open files). With `tls`, a
+/// connection is yielded once its handshake completes; handshakes run side by side, so one stalled client (its link
+/// cut mid-handshake) delays nobody else, and one that fails or times out is dropped.
 fn incoming(
     listener: Box<dyn Listener>,
+    tls: Option<Arc<ServerTls>>,
 ) -> impl futures::Stream<Item = Result<Accepted, io::Error>> {
-    futures::stream::unfold(listener, |mut listener| async move {
-        loop {
-            match listener.accept().await {
-                Ok((conn, _peer)) => return Some((Ok(Accepted(conn)), listener)),
-                Err(err) => {
-                    tracing::debug!(%err, "model etcd: accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+    let handshakes: FuturesUnordered<BoxFuture<'static, io::Result<Conn>>> =
+        FuturesUnordered::new();
+    futures::stream::unfold(
+        (listener, tls, handshakes),
+        |(mut listener, tls, mut handshakes)| async move {
+            loop {
+                tokio::select! {
+                    // Fixed order, for reproducible runs.
+                    biased;
+                    Some(done) = handshakes.next(), if !handshakes.is_empty() => match done {
+                        Ok(conn) => return Some((Ok(Accepted(conn)), (listener, tls, handshakes))),
+                        Err(err) => tracing::debug!(%err, "model etcd: TLS handshake failed"),
+                    },
+                    accepted = listener.accept() => match accepted {
+                        Ok((conn, _peer)) => match &tls {
+                            None => return Some((Ok(Accepted(conn)), (listener, tls, handshakes))),
+                            Some(tls) => {
+                                let tls = tls.clone();
+                                handshakes.push(Box::pin(async move { tls.accept(conn).await }));
+                            }
+                        },
+                        Err(err) => {
+                            tracing::debug!(%err, "model etcd: accept failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    },
                 }
             }
-        }
-    })
+        },
+    )
 }
 
 /// An accepted connection, with the `Connected` tonic requires.

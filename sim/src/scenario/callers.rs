@@ -19,7 +19,7 @@ use tonic::Code;
 use super::logs::{Logs, now};
 use super::writers::keyspace;
 use crate::check::calls::{CallKind, CallLog, CallOutcome};
-use crate::topology::{channel, etcd_client, proxy_authority};
+use crate::topology::{Dialer, proxy_authority};
 use crate::trace::Trace;
 
 /// The deadline each call carries.
@@ -67,9 +67,16 @@ fn status(s: tonic::Status) -> (Code, String) {
 
 /// Reads (linearizable and serializable ranges, a read-only txn, Status, LeaseLeases) and writes (puts and txns)
 /// through tonic until `until`.
-pub async fn tonic_caller(name: String, seed: u64, until: Duration, logs: Logs, trace: Trace) {
+pub async fn tonic_caller(
+    name: String,
+    seed: u64,
+    until: Duration,
+    dialer: Dialer,
+    logs: Logs,
+    trace: Trace,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let channel = channel(&proxy_authority());
+    let channel = dialer.channel(&proxy_authority());
     let mut kv = KvClient::new(channel.clone());
     let mut maintenance = MaintenanceClient::new(channel.clone());
     let mut lease = LeaseClient::new(channel);
@@ -212,11 +219,12 @@ pub async fn etcd_client_caller(
     name: String,
     seed: u64,
     until: Duration,
+    dialer: Dialer,
     logs: Logs,
     trace: Trace,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut client = match etcd_client(&proxy_authority()).await {
+    let mut client = match dialer.etcd_client(&proxy_authority()).await {
         Ok(client) => client,
         Err(err) => panic!("{name}: etcd-client could not be built: {err}"),
     };

@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 use super::logs::{Logs, now};
 use crate::check::lease::LeaseClientLog;
 use crate::model::Cluster;
-use crate::topology::{etcd_client, proxy_authority};
+use crate::topology::{Dialer, proxy_authority};
 use crate::trace::Trace;
 
 /// Which client library keeps the lease alive.
@@ -61,12 +61,14 @@ async fn grant(spec: &LeaseSpec, channel: &Channel, trace: &Trace) -> i64 {
     }
 }
 
-/// Runs one lease client over `channel` (a connection to the proxy). With `model`, only the first lease is granted
-/// through the proxy and the others straight on the model's store, as another etcd client of the cluster would
-/// (a scenario with thousands of leases is about keeping them alive; a grant is a unary call like any other).
+/// Runs one lease client over `channel` (a connection to the proxy; an `etcd-client` keeper dials its own with
+/// `dialer`). With `model`, only the first lease is granted through the proxy and the others straight on the
+/// model's store, as another etcd client of the cluster would (a scenario with thousands of leases is about keeping
+/// them alive; a grant is a unary call like any other).
 pub async fn lease_client(
     spec: LeaseSpec,
     channel: Channel,
+    dialer: Dialer,
     model: Option<Cluster>,
     logs: Logs,
     trace: Trace,
@@ -104,7 +106,7 @@ pub async fn lease_client(
         Library::Tonic => keep_alive_tonic(&spec, channel, ids.clone(), end, &trace).await,
         Library::EtcdClient => {
             assert_eq!(ids.len(), 1, "etcd-client keeps one lease per stream");
-            keep_alive_etcd_client(&spec, id, end, &trace).await
+            keep_alive_etcd_client(&spec, &dialer, id, end, &trace).await
         }
     }
     let stopped_at = spec.stop_at.filter(|s| *s < spec.until).map(|_| now());
@@ -193,8 +195,14 @@ async fn keep_alive_tonic(
 }
 
 /// The same through `etcd-client`'s keeper and stream.
-async fn keep_alive_etcd_client(spec: &LeaseSpec, id: i64, end: Duration, trace: &Trace) {
-    let Ok(mut client) = etcd_client(&proxy_authority()).await else {
+async fn keep_alive_etcd_client(
+    spec: &LeaseSpec,
+    dialer: &Dialer,
+    id: i64,
+    end: Duration,
+    trace: &Trace,
+) {
+    let Ok(mut client) = dialer.etcd_client(&proxy_authority()).await else {
         trace.record(format!("{}: etcd-client could not be built", spec.name));
         return;
     };

@@ -4,6 +4,10 @@
 //!
 //! To add a scenario: add a variant to [`Scenario`], a `fn build_*` that adds clients to the world and returns
 //! the checks to run, and list it in [`Scenario::ALL`]; `tests/scenarios.rs` sweeps every scenario.
+//!
+//! Every scenario also runs with TLS on every connection when its settings carry [`Settings::tls`] ([`run_with`];
+//! `tests/tls.rs` sweeps `failover` and `watch` so): clients get their channels from [`World::dialer`], never from
+//! the plaintext [`crate::topology::channel`].
 
 pub mod callers;
 pub mod leases;
@@ -25,7 +29,7 @@ use crate::check::hygiene::check_hygiene;
 use crate::check::lease::{check_leases, expected_upstream_keepalive_streams};
 use crate::check::watch::{check_lag, check_watcher};
 use crate::fault::FaultProfile;
-use crate::topology::{channel, proxy_authority};
+use crate::topology::proxy_authority;
 use crate::trace::digest;
 use crate::world::{Settings, World};
 use logs::{Logs, now};
@@ -89,6 +93,8 @@ impl Scenario {
 pub struct Report {
     pub scenario: Scenario,
     pub seed: u64,
+    /// The run had TLS on every connection ([`Settings::tls`]; swept by `tests/tls.rs`).
+    pub tls: bool,
     pub digest: u64,
     pub violations: Vec<String>,
     pub worst_lag: Option<i64>,
@@ -108,8 +114,12 @@ impl Report {
 
     /// What a failing run prints: how to reproduce it, what broke, and how the run ended.
     pub fn failure_text(&self) -> String {
+        let (over, test) = match self.tls {
+            true => (" over TLS", "tls"),
+            false => ("", "scenarios"),
+        };
         format!(
-            "scenario {} seed {} FAILED (reproduce: SIM_SEED={} cargo test -p sim --test scenarios {})\n  digest {:016x}\n  violations:\n    {}\n  last trace lines:\n    {}",
+            "scenario {}{over} seed {} FAILED (reproduce: SIM_SEED={} cargo test -p sim --test {test} {})\n  digest {:016x}\n  violations:\n    {}\n  last trace lines:\n    {}",
             self.scenario.name(),
             self.seed,
             self.seed,
@@ -154,6 +164,7 @@ pub fn settings(scenario: Scenario, seed: u64) -> Settings {
         faults: profile(scenario, members),
         plan: None,
         limit: LIMIT,
+        tls: None,
     }
 }
 
@@ -164,7 +175,7 @@ pub fn run(scenario: Scenario, seed: u64) -> Report {
 
 /// Runs one scenario in the given settings (proptest supplies its own fault plans through these).
 pub fn run_with(scenario: Scenario, settings: Settings) -> Report {
-    let seed = settings.seed;
+    let (seed, tls) = (settings.seed, settings.tls.is_some());
     let outcome = catch_unwind(AssertUnwindSafe(|| run_inner(scenario, settings)));
     match outcome {
         Ok(report) => report,
@@ -177,6 +188,7 @@ pub fn run_with(scenario: Scenario, settings: Settings) -> Report {
             Report {
                 scenario,
                 seed,
+                tls,
                 digest: 0,
                 violations: vec![format!("panicked: {message}")],
                 worst_lag: None,
@@ -192,7 +204,7 @@ pub fn run_with(scenario: Scenario, settings: Settings) -> Report {
 }
 
 fn run_inner(scenario: Scenario, settings: Settings) -> Report {
-    let seed = settings.seed;
+    let (seed, tls) = (settings.seed, settings.tls.is_some());
     let members = settings.members;
     let mut world = World::new(settings);
     let logs = Logs::default();
@@ -255,6 +267,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     Report {
         scenario,
         seed,
+        tls,
         digest: digest(&lines, &history),
         violations,
         worst_lag,
@@ -302,14 +315,15 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
             world.trace.clone(),
             fence_rx.clone(),
             released_rx.clone(),
+            world.dialer(),
         );
         let logs = logs.clone();
         world.client(&format!("watcher{client}"), async move {
             tokio::time::sleep(delay).await;
-            let (cluster, trace, fence, released) = env_parts;
+            let (cluster, trace, fence, released, dialer) = env_parts;
             // One connection per client, one stream per watcher.
             let env = StreamEnv {
-                channel: channel(&proxy_authority()),
+                channel: dialer.channel(&proxy_authority()),
                 cluster,
                 fence,
                 released,
@@ -330,12 +344,12 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
     for writer in 0..2 {
         let seed = rng.random();
         let cluster = world.cluster.clone();
-        let trace = world.trace.clone();
+        let (trace, dialer) = (world.trace.clone(), world.dialer());
         world.client(&format!("writer{writer}"), async move {
             writers::direct_writer(
                 format!("writer{writer}"),
                 seed,
-                members,
+                writers::MemberClients::new(members, &dialer),
                 QUIET_FROM,
                 writer == 0,
                 cluster,
@@ -345,10 +359,10 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
             Ok(())
         });
     }
-    let trace = world.trace.clone();
+    let (trace, dialer) = (world.trace.clone(), world.dialer());
     world.client("fence", async move {
         tokio::time::sleep(FENCE_AT.saturating_sub(now())).await;
-        let revision = writers::fence(members, trace).await;
+        let revision = writers::fence(members, dialer, trace).await;
         let _ = fence_tx.send(Some(Fence {
             puts: revision,
             last: revision,
@@ -360,14 +374,18 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
 fn build_failover(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
     for client in 0..2 {
         let (seed, logs, trace) = (rng.random(), logs.clone(), world.trace.clone());
+        let dialer = world.dialer();
         world.client(&format!("tonic{client}"), async move {
-            callers::tonic_caller(format!("tonic{client}"), seed, QUIET_FROM, logs, trace).await;
+            let name = format!("tonic{client}");
+            callers::tonic_caller(name, seed, QUIET_FROM, dialer, logs, trace).await;
             Ok(())
         });
     }
     let (seed, logs, trace) = (rng.random(), logs.clone(), world.trace.clone());
+    let dialer = world.dialer();
     world.client("etcdclient", async move {
-        callers::etcd_client_caller("etcdclient".into(), seed, QUIET_FROM, logs, trace).await;
+        let name = "etcdclient".to_string();
+        callers::etcd_client_caller(name, seed, QUIET_FROM, dialer, logs, trace).await;
         Ok(())
     });
 }
@@ -395,9 +413,10 @@ fn build_lease(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
                 .then(|| Duration::from_millis(rng.random_range(1000..2500))),
             until: LEASE_UNTIL,
         };
-        let (logs, trace) = (logs.clone(), world.trace.clone());
+        let (logs, trace, dialer) = (logs.clone(), world.trace.clone(), world.dialer());
         world.client(&format!("lease{client}"), async move {
-            leases::lease_client(spec, channel(&proxy_authority()), None, logs, trace).await;
+            let channel = dialer.channel(&proxy_authority());
+            leases::lease_client(spec, channel, dialer, None, logs, trace).await;
             Ok(())
         });
     }

@@ -19,7 +19,7 @@ use super::logs::{Logs, now};
 use super::watchers::{LiveWatchers, Start, StreamEnv, WatcherSpec, run_watch_stream};
 use super::{FENCE_AT, QUIET_FROM, WATCH_GIVE_UP, watch_ranges, writers};
 use crate::check::census::CensusLog;
-use crate::topology::{channel, proxy_authority};
+use crate::topology::proxy_authority;
 use crate::world::World;
 
 /// Client connections (hosts) of `watch-scale`, Watch streams per connection, and watchers first created per stream.
@@ -124,10 +124,11 @@ pub(super) fn build_watch_scale(
             .collect();
         let (cluster, trace, logs) = (world.cluster.clone(), world.trace.clone(), logs.clone());
         let (fence, released, live) = (fence_rx.clone(), released_rx.clone(), live.clone());
+        let dialer = world.dialer();
         world.client(&format!("watchers{client}"), async move {
             // One connection per client, several Watch streams on it.
             let env = StreamEnv {
-                channel: channel(&proxy_authority()),
+                channel: dialer.channel(&proxy_authority()),
                 cluster,
                 fence,
                 released,
@@ -151,12 +152,12 @@ pub(super) fn build_watch_scale(
     }
     for writer in 0..2 {
         let seed = rng.random();
-        let (cluster, trace) = (world.cluster.clone(), world.trace.clone());
+        let (cluster, trace, dialer) = (world.cluster.clone(), world.trace.clone(), world.dialer());
         world.client(&format!("writer{writer}"), async move {
             writers::direct_writer(
                 format!("writer{writer}"),
                 seed,
-                members,
+                writers::MemberClients::new(members, &dialer),
                 QUIET_FROM,
                 writer == 0,
                 cluster,
@@ -166,10 +167,10 @@ pub(super) fn build_watch_scale(
             Ok(())
         });
     }
-    let trace = world.trace.clone();
+    let (trace, dialer) = (world.trace.clone(), world.dialer());
     world.client("fence", async move {
         tokio::time::sleep(FENCE_AT.saturating_sub(now())).await;
-        let fence = writers::fence_with_deletes(members, trace).await;
+        let fence = writers::fence_with_deletes(members, dialer, trace).await;
         let _ = fence_tx.send(Some(fence));
         Ok(())
     });
@@ -225,15 +226,17 @@ pub(super) fn build_lease_scale(world: &mut World<'_>, logs: &Logs, rng: &mut St
             })
             .collect();
         let (logs, trace, cluster) = (logs.clone(), world.trace.clone(), world.cluster.clone());
+        let dialer = world.dialer();
         world.client(&format!("leases{host}"), async move {
             let running: Vec<_> = specs
                 .into_iter()
                 .map(|spec| {
                     // Each stream on its own connection, as separate client processes would.
-                    let channel = channel(&proxy_authority());
+                    let channel = dialer.channel(&proxy_authority());
                     tokio::spawn(leases::lease_client(
                         spec,
                         channel,
+                        dialer.clone(),
                         Some(cluster.clone()),
                         logs.clone(),
                         trace.clone(),

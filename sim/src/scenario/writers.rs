@@ -16,7 +16,7 @@ use tonic::transport::Channel;
 use super::logs::now;
 use super::watchers::Fence;
 use crate::model::Cluster;
-use crate::topology::{channel, member_authority};
+use crate::topology::{Dialer, member_authority};
 use crate::trace::Trace;
 
 /// The keys the workloads touch.
@@ -31,10 +31,10 @@ pub struct MemberClients {
 }
 
 impl MemberClients {
-    pub fn new(members: usize) -> Self {
+    pub fn new(members: usize, dialer: &Dialer) -> Self {
         Self {
             clients: (0..members)
-                .map(|m| KvClient::new(channel(&member_authority(m))))
+                .map(|m| KvClient::new(dialer.channel(&member_authority(m))))
                 .collect(),
             next: 0,
         }
@@ -79,14 +79,13 @@ fn op(request: Op) -> RequestOp {
 pub async fn direct_writer(
     name: String,
     seed: u64,
-    members: usize,
+    mut members: MemberClients,
     until: Duration,
     compactions: bool,
     cluster: Cluster,
     trace: Trace,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut members = MemberClients::new(members);
     let keys = keyspace();
     let mut counter = 0u64;
     while now() < until {
@@ -139,15 +138,15 @@ pub async fn direct_writer(
 }
 
 /// Puts every key of the keyspace in one txn, straight to a member; returns its revision.
-pub async fn fence(members: usize, trace: Trace) -> i64 {
-    let mut members = MemberClients::new(members);
+pub async fn fence(members: usize, dialer: Dialer, trace: Trace) -> i64 {
+    let mut members = MemberClients::new(members, &dialer);
     put_every_key(&mut members, &trace).await
 }
 
 /// The fence, then one txn deleting every key of the keyspace (so that watchers filtering puts out see the end
 /// too): the revisions of both.
-pub async fn fence_with_deletes(members: usize, trace: Trace) -> Fence {
-    let mut members = MemberClients::new(members);
+pub async fn fence_with_deletes(members: usize, dialer: Dialer, trace: Trace) -> Fence {
+    let mut members = MemberClients::new(members, &dialer);
     let puts = put_every_key(&mut members, &trace).await;
     let delete = vec![op(Op::RequestDeleteRange(DeleteRangeRequest {
         key: b"k/".to_vec(),

@@ -52,6 +52,7 @@ pub fn quiet_settings(seed: u64, members: usize) -> Settings {
         },
         plan: Some(FaultPlan::default()),
         limit: Duration::from_secs(300),
+        tls: None,
     }
 }
 

@@ -1,12 +1,13 @@
 //! Real etcd clusters of one or more members on loopback ports, each member a child process: started, killed,
-//! paused (SIGSTOP, a hung member), resumed and restarted on its own data directory.
+//! paused (SIGSTOP, a hung member), resumed and restarted on its own data directory; their client URLs in the
+//! clear or over TLS ([`EtcdTls`]), their peer URLs in the clear.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::Binaries;
+use super::{Binaries, EtcdTls};
 use crate::process::Process;
 use crate::{dirs, free_port};
 
@@ -32,6 +33,7 @@ pub struct EtcdCluster {
     token: String,
     initial_cluster: String,
     extra_args: Vec<String>,
+    tls: Option<EtcdTls>,
     dir: tempfile::TempDir,
 }
 
@@ -39,6 +41,27 @@ impl EtcdCluster {
     /// Starts `n` members of `binaries`' version with `extra_args` for each (e.g. `--auth-token-ttl=2`), and waits
     /// (with a deadline) until every member reports healthy.
     pub async fn start(binaries: &Binaries, n: usize, extra_args: &[&str]) -> Result<Self, String> {
+        Self::start_with(binaries, n, extra_args, None).await
+    }
+
+    /// Like [`EtcdCluster::start`], with TLS on every member's client URLs as `tls` says; readiness is checked
+    /// over TLS with `tls.client`.
+    pub async fn start_tls(
+        binaries: &Binaries,
+        n: usize,
+        extra_args: &[&str],
+        tls: &EtcdTls,
+    ) -> Result<Self, String> {
+        Self::start_with(binaries, n, extra_args, Some(tls.clone())).await
+    }
+
+    /// [`EtcdCluster::start`] in the clear (`tls` is `None`) or [`EtcdCluster::start_tls`].
+    pub async fn start_with(
+        binaries: &Binaries,
+        n: usize,
+        extra_args: &[&str],
+        tls: Option<EtcdTls>,
+    ) -> Result<Self, String> {
         if n == 0 {
             return Err("a cluster needs at least one member".into());
         }
@@ -71,6 +94,7 @@ impl EtcdCluster {
             token,
             initial_cluster,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            tls,
             dir,
         };
         for i in 0..n {
@@ -98,9 +122,23 @@ impl EtcdCluster {
         self.members.is_empty()
     }
 
-    /// `127.0.0.1:PORT` of member `i`'s client listener.
+    /// Member `i`'s client endpoint as clients are given it: `127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with
+    /// TLS.
     pub fn endpoint(&self, i: usize) -> String {
+        match self.tls {
+            None => self.addr(i),
+            Some(_) => format!("https://{}", self.addr(i)),
+        }
+    }
+
+    /// `127.0.0.1:PORT` of member `i`'s client listener, without a scheme (for sockets).
+    pub fn addr(&self, i: usize) -> String {
         format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// The TLS its client URLs use, if any.
+    pub fn tls(&self) -> Option<&EtcdTls> {
+        self.tls.as_ref()
     }
 
     /// The PID of member `i`'s process, while it runs (e.g. to read its CPU and memory from `/proc`).
@@ -123,14 +161,20 @@ impl EtcdCluster {
         self.dir.path().to_path_buf()
     }
 
-    /// `etcdctl` of the cluster's version talking to member `i`.
+    /// `etcdctl` of the cluster's version talking to member `i` (with TLS: presenting the kit's client
+    /// certificate, [`EtcdTls::client`]).
     pub fn etcdctl(&self, i: usize) -> crate::Etcdctl {
-        self.binaries.etcdctl(&self.endpoint(i))
+        let ctl = self.binaries.etcdctl(&self.endpoint(i));
+        match &self.tls {
+            None => ctl,
+            Some(tls) => ctl.with_tls(&tls.client),
+        }
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), String> {
         let m = &self.members[i];
-        let client_url = format!("http://127.0.0.1:{}", m.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://{}", self.addr(i));
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
         let mut cmd = Command::new(&self.binaries.etcd);
         cmd.arg(format!("--name={}", m.name))
@@ -144,6 +188,7 @@ impl EtcdCluster {
             .arg(format!("--initial-cluster-token={}", self.token))
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
+            .args(self.tls.iter().flat_map(EtcdTls::process_flags))
             .args(&self.extra_args);
         let name = format!("etcd {} member {i}", self.binaries.version);
         let process = Process::spawn(&name, cmd, &m.log)?;
@@ -151,15 +196,17 @@ impl EtcdCluster {
         Ok(())
     }
 
-    /// Waits (with a deadline) until member `i` answers `GET /health` with `"health":"true"` (it has a leader).
-    /// Fails early, with the member's log, if the process exits.
+    /// Waits (with a deadline) until member `i` answers `GET /health` with `"health":"true"` (it has a leader);
+    /// over TLS with the kit's client certificate when its client URLs use TLS. Fails early, with the member's
+    /// log, if the process exits.
     pub async fn wait_healthy(&mut self, i: usize) -> Result<(), String> {
-        let endpoint = self.endpoint(i);
+        let addr = self.addr(i);
+        let client = self.tls.as_ref().map(|t| &t.client);
         let Some(process) = self.members[i].process.as_mut() else {
             return Err(format!("member {i} is not running"));
         };
         process
-            .wait_http(&endpoint, "/health", READY_TIMEOUT, |code, body| {
+            .wait_http_with(&addr, "/health", client, READY_TIMEOUT, |code, body| {
                 code == 200 && body.contains("\"health\":\"true\"")
             })
             .await

@@ -1,15 +1,54 @@
 //! Real etcd: which versions exist and where ([`version`]), clusters of member processes ([`cluster`]),
-//! containers ([`container`]), and [`Etcd`], one member from either backend, for suites that run on both.
+//! containers ([`container`]), and [`Etcd`], one member from either backend, for suites that run on both. Either
+//! serves its clients in the clear or over TLS ([`EtcdTls`]).
 
 pub mod cluster;
 pub mod container;
 pub mod version;
 
 use std::fmt;
+use std::path::Path;
 
 pub use cluster::EtcdCluster;
 pub use container::EtcdContainer;
 pub use version::{Binaries, Version};
+
+use crate::pki::TlsPaths;
+
+/// TLS on etcd's client URLs (its peer URLs stay in the clear): `https://` listeners with etcd's own certificate,
+/// and with `client_cert_auth` every client (`/health` included) must present a certificate `server.ca` signed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// etcd's `--cert-file` and `--key-file`, and as `ca` its `--trusted-ca-file`: what client certificates are
+    /// checked against.
+    pub server: TlsPaths,
+    /// `--client-cert-auth`. etcd then takes a client certificate's Common Name as the user of a request without
+    /// a token.
+    pub client_cert_auth: bool,
+    /// What the kit presents to it (readiness checks, [`EtcdCluster::etcdctl`], [`Etcd::etcdctl`]): the CA that
+    /// signed etcd's certificate, and a client certificate.
+    pub client: TlsPaths,
+}
+
+impl EtcdTls {
+    /// The etcd flags that turn it on, naming the files by `cert`, `key` and `ca` (paths as etcd sees them).
+    fn flags(&self, cert: &Path, key: &Path, ca: &Path) -> Vec<String> {
+        let mut flags = vec![
+            format!("--cert-file={}", cert.display()),
+            format!("--key-file={}", key.display()),
+            format!("--trusted-ca-file={}", ca.display()),
+        ];
+        if self.client_cert_auth {
+            flags.push("--client-cert-auth".into());
+        }
+        flags
+    }
+
+    /// Its flags for an etcd process of this machine.
+    pub fn process_flags(&self) -> Vec<String> {
+        self.flags(&self.server.cert, &self.server.key, &self.server.ca)
+    }
+}
 
 /// Where an etcd runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -81,24 +120,67 @@ pub enum Etcd {
 impl Etcd {
     /// Starts one member as `spec` says, with `extra_args` etcd flags, and waits until it is healthy.
     pub async fn start(spec: &Spec, extra_args: &[&str]) -> Result<Etcd, String> {
+        Etcd::start_with(spec, extra_args, None).await
+    }
+
+    /// Like [`Etcd::start`], with TLS on its client URL as `tls` says.
+    pub async fn start_tls(
+        spec: &Spec,
+        extra_args: &[&str],
+        tls: &EtcdTls,
+    ) -> Result<Etcd, String> {
+        Etcd::start_with(spec, extra_args, Some(tls)).await
+    }
+
+    /// [`Etcd::start`] in the clear (`tls` is `None`) or [`Etcd::start_tls`].
+    pub async fn start_with(
+        spec: &Spec,
+        extra_args: &[&str],
+        tls: Option<&EtcdTls>,
+    ) -> Result<Etcd, String> {
         let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
         let etcd = match spec.backend {
-            Backend::Process => {
-                Etcd::Process(Box::new(EtcdCluster::start(binaries, 1, extra_args).await?))
-            }
+            Backend::Process => Etcd::Process(Box::new(
+                EtcdCluster::start_with(binaries, 1, extra_args, tls.cloned()).await?,
+            )),
             Backend::Container => Etcd::Container(Box::new(
-                EtcdContainer::start(spec.version, extra_args).await?,
+                EtcdContainer::start_with(spec.version, extra_args, tls).await?,
             )),
         };
         etcd.wait_ready(binaries).await?;
         Ok(etcd)
     }
 
-    /// `127.0.0.1:PORT`.
+    /// Its client endpoint as clients are given it: `127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with TLS.
     pub fn endpoint(&self) -> String {
         match self {
             Etcd::Process(c) => c.endpoint(0),
             Etcd::Container(c) => c.endpoint(),
+        }
+    }
+
+    /// `127.0.0.1:PORT`, without a scheme (for sockets).
+    pub fn addr(&self) -> String {
+        match self {
+            Etcd::Process(c) => c.addr(0),
+            Etcd::Container(c) => c.addr(),
+        }
+    }
+
+    /// The TLS its client URL uses, if any.
+    pub fn tls(&self) -> Option<&EtcdTls> {
+        match self {
+            Etcd::Process(c) => c.tls(),
+            Etcd::Container(c) => c.tls(),
+        }
+    }
+
+    /// `binaries`' etcdctl talking to it (with TLS: presenting the kit's client certificate, [`EtcdTls::client`]).
+    pub fn etcdctl(&self, binaries: &Binaries) -> crate::Etcdctl {
+        let ctl = binaries.etcdctl(&self.endpoint());
+        match self.tls() {
+            None => ctl,
+            Some(tls) => ctl.with_tls(&tls.client),
         }
     }
 
@@ -121,7 +203,7 @@ impl Etcd {
     /// Polls `etcdctl endpoint health` (a linearizable read through raft) until it succeeds, within a deadline:
     /// a container's "ready to serve" line comes before its first election settles.
     async fn wait_ready(&self, binaries: &Binaries) -> Result<(), String> {
-        let ctl = binaries.etcdctl(&self.endpoint());
+        let ctl = self.etcdctl(binaries);
         let res = crate::try_wait_for(std::time::Duration::from_secs(60), || {
             let ctl = ctl.clone();
             async move {

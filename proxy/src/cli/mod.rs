@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
+mod tls;
+
 use crate::config::{Config, Endpoint, KeepAlive, parse_listen_addr};
 
 // Flags implemented by this proxy (a plain comment: clap would show a doc comment as the command's help).
@@ -73,6 +75,8 @@ struct StartArgs {
     /// per core, for loads one core cannot carry
     #[arg(long, default_value_t = 1)]
     worker_threads: usize,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
 }
 
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
@@ -80,33 +84,16 @@ const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
     ("advertise-client-url", ""),
     ("resolver-prefix", ""),
     ("resolver-ttl", "0"),
-    ("metrics-addr", ""),
     ("endpoints-auto-sync-interval", "0s"),
     ("discovery-srv", ""),
     ("discovery-srv-name", ""),
     ("insecure-discovery", "false"),
-    ("cert", ""),
-    ("key", ""),
-    ("cacert", ""),
-    ("insecure-skip-tls-verify", "false"),
-    ("cert-file", ""),
-    ("key-file", ""),
-    ("trusted-ca-file", ""),
-    ("client-crl-file", ""),
-    ("auto-tls", "false"),
-    ("self-signed-cert-validity", "1"),
-    ("listen-cipher-suites", ""),
-    ("tls-min-version", "TLS1.2"),
-    ("tls-max-version", ""),
     ("grpc-keepalive-min-time", "5s"),
     ("enable-pprof", "false"),
     ("experimental-serializable-ordering", "false"),
     ("experimental-leasing-prefix", ""),
     ("experimental-enable-grpc-logging", "false"),
 ];
-
-/// Flags accepted and ignored because they only matter together with a flag that is not supported yet.
-const ACCEPTED_UNUSED: &[(&str, &str)] = &[("data-dir", "default.proxy")];
 
 /// What the command line asked for.
 #[derive(Debug)]
@@ -121,7 +108,7 @@ pub struct Cli {
 
 fn command() -> Command {
     let mut start = StartArgs::augment_args(Command::new("start")).about("Start the gRPC proxy");
-    for (name, default) in NOT_YET_SUPPORTED.iter().chain(ACCEPTED_UNUSED) {
+    for (name, default) in NOT_YET_SUPPORTED {
         let mut arg = Arg::new(*name)
             .long(*name)
             .action(ArgAction::Set)
@@ -221,6 +208,7 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     config.user = credentials(args.user, args.password)?;
     // Taken as bytes, as etcd takes it: a prefix need not be UTF-8.
     config.namespace = std::os::unix::ffi::OsStrExt::as_bytes(args.namespace.as_os_str()).to_vec();
+    tls::apply(args.tls, &mut config)?;
     Ok(Cli {
         config,
         debug: args.debug,
@@ -387,11 +375,11 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&["start", "--auto-tls=false", "--advertise-client-url="]);
+        parse_ok(&["start", "--enable-pprof=false", "--advertise-client-url="]);
         for flag in [
-            "--auto-tls",
-            "--cert-file=x.pem",
-            "--metrics-addr=http://127.0.0.1:1",
+            "--enable-pprof",
+            "--advertise-client-url=http://127.0.0.1:1",
+            "--grpc-keepalive-min-time=1s",
         ] {
             let err = parse_err(&["start", flag]);
             let name = flag.trim_start_matches("--").split('=').next().unwrap();
@@ -408,7 +396,7 @@ mod tests {
             (&["start", "--no-such-flag"][..], "--no-such-flag"),
             (&["start", "--endpoints=http://"], "expected host:port"),
             (
-                &["start", "--endpoints=https://127.0.0.1:2379"],
+                &["start", "--endpoints=unixs://etcd.sock"],
                 "not supported yet",
             ),
             (&["start", "--endpoints=,"], "at least one endpoint"),
