@@ -67,6 +67,24 @@ pub struct FaultProfile {
     pub max_outage: Duration,
 }
 
+impl FaultProfile {
+    /// No faults at all, among `members` members: a quiet world for tests that check one behaviour.
+    pub fn quiet(members: usize) -> Self {
+        Self {
+            members,
+            start: Duration::ZERO,
+            quiet_from: Duration::ZERO,
+            crashes: false,
+            partitions: false,
+            holds: false,
+            latency: false,
+            proxy_restarts: false,
+            mean_gap: Duration::from_secs(1),
+            max_outage: Duration::from_secs(1),
+        }
+    }
+}
+
 /// The schedule of one run, in time order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {

@@ -32,6 +32,21 @@ pub struct Settings {
     pub tls: Option<TlsFiles>,
 }
 
+impl Settings {
+    /// A quiet world of `members` members (no faults), in plaintext, with 20 s of virtual time: what tests of one
+    /// behaviour start from, changing the fields they need.
+    pub fn quiet(seed: u64, members: usize) -> Self {
+        Self {
+            seed,
+            members,
+            faults: crate::fault::FaultProfile::quiet(members),
+            plan: None,
+            limit: Duration::from_secs(20),
+            tls: None,
+        }
+    }
+}
+
 /// How one proxy process ended (the proxy host records it when `run` returns).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyExit {

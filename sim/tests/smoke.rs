@@ -6,30 +6,11 @@ use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::watch_client::WatchClient;
 use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::{PutRequest, RangeRequest, WatchCreateRequest, WatchRequest};
-use sim::fault::FaultProfile;
 use sim::topology::{channel, etcd_client, proxy_authority};
 use sim::world::{Settings, World};
 
 fn quiet_settings(seed: u64) -> Settings {
-    Settings {
-        seed,
-        members: 3,
-        faults: FaultProfile {
-            members: 3,
-            start: Duration::ZERO,
-            quiet_from: Duration::ZERO,
-            crashes: false,
-            partitions: false,
-            holds: false,
-            latency: false,
-            proxy_restarts: false,
-            mean_gap: Duration::from_secs(1),
-            max_outage: Duration::from_secs(1),
-        },
-        plan: None,
-        limit: Duration::from_secs(20),
-        tls: None,
-    }
+    Settings::quiet(seed, 3)
 }
 
 #[test]

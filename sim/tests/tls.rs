@@ -20,7 +20,6 @@ use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::{PutRequest, RangeRequest};
 use proxy::tls::{ClientSettings, ClientTls};
 use sim::check::hygiene::check_hygiene;
-use sim::fault::FaultProfile;
 use sim::scenario::{self, Report, Scenario};
 use sim::seeds;
 use sim::tls::{CertKey, TlsFiles};
@@ -172,23 +171,8 @@ fn one_seed_gives_one_trace_digest_over_tls() {
 
 fn quiet_settings(seed: u64, files: &TlsFiles) -> Settings {
     Settings {
-        seed,
-        members: 3,
-        faults: FaultProfile {
-            members: 3,
-            start: Duration::ZERO,
-            quiet_from: Duration::ZERO,
-            crashes: false,
-            partitions: false,
-            holds: false,
-            latency: false,
-            proxy_restarts: false,
-            mean_gap: Duration::from_secs(1),
-            max_outage: Duration::from_secs(1),
-        },
-        plan: None,
-        limit: Duration::from_secs(20),
         tls: Some(files.clone()),
+        ..Settings::quiet(seed, 3)
     }
 }
 

@@ -9,7 +9,7 @@ use proto::etcdserverpb::PutRequest;
 use proxy::net::Net;
 use sim::check::hygiene::check_hygiene;
 use sim::check::namespace::{check_confinement, show};
-use sim::fault::{FaultPlan, FaultProfile};
+use sim::fault::FaultPlan;
 use sim::model::{self, Cluster};
 use sim::net::TurmoilNet;
 use sim::topology::{self, MEMBER_PORT, PROXY_PORT, member_authority};
@@ -36,23 +36,9 @@ pub enum Subject {
 
 pub fn quiet_settings(seed: u64, members: usize) -> Settings {
     Settings {
-        seed,
-        members,
-        faults: FaultProfile {
-            members,
-            start: Duration::ZERO,
-            quiet_from: Duration::ZERO,
-            crashes: false,
-            partitions: false,
-            holds: false,
-            latency: false,
-            proxy_restarts: false,
-            mean_gap: Duration::from_secs(1),
-            max_outage: Duration::from_secs(1),
-        },
         plan: Some(FaultPlan::default()),
         limit: Duration::from_secs(300),
-        tls: None,
+        ..Settings::quiet(seed, members)
     }
 }
 
