@@ -7,8 +7,9 @@
 //!
 //! - [`plan`]: targets, scenarios, sizes (each a flag), timing.
 //! - [`services`]: etcd, `etcd grpc-proxy start` and `etcd-grpc-proxy start` as child processes on free loopback
-//!   ports, killed when dropped (the `testkit` crate's processes).
-//! - [`load`]: the load generator (closed loop or fixed rate) and the scenarios.
+//!   ports, killed when dropped (the `testkit` crate's processes); with `--tls`, every link mutual TLS with the
+//!   certificates of [`tls`].
+//! - [`load`]: the load generator (closed loop or fixed rate, in the clear or over TLS) and the scenarios.
 //! - [`meter`], [`upstream`]: what a run cost etcd and the proxy; [`memory`]: a proxy's settled idle memory.
 //! - [`sys`]: `/proc` readings; processes, free ports and HTTP GETs come from the `testkit` crate.
 //! - [`results`], [`report`]: the data model and its outputs.
@@ -24,4 +25,5 @@ pub mod results;
 pub mod runner;
 pub mod services;
 pub mod sys;
+pub mod tls;
 pub mod upstream;

@@ -1,9 +1,10 @@
-//! `bench`: runs the side-by-side benchmark and writes `<out-dir>/<name>.json`, `.md` and SVG charts.
+//! `bench`: runs the side-by-side benchmark and writes `<out-dir>/<name>.json`, `.md` and SVG charts; or, without
+//! running anything, renders an earlier run again (`--render`) or compares two runs (`--compare`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Timing};
+use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Timing, TlsMode};
 use bench::results::Report;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args as _, CommandFactory, FromArgMatches, Parser};
@@ -14,15 +15,19 @@ use clap::{ArgMatches, Args as _, CommandFactory, FromArgMatches, Parser};
 struct Args {
     /// An etcd to test against, as VERSION=PATH to its `etcd` binary (repeatable); its `grpc-proxy start` is the
     /// Go proxy of that version.
-    #[arg(long = "etcd", value_parser = EtcdBinary::parse, required_unless_present = "render")]
+    #[arg(long = "etcd", value_parser = EtcdBinary::parse, required_unless_present_any = ["render", "compare"])]
     etcds: Vec<EtcdBinary>,
     /// The `etcd-grpc-proxy` binary (a release build for real numbers).
-    #[arg(long, required_unless_present = "render")]
+    #[arg(long, required_unless_present_any = ["render", "compare"])]
     proxy_bin: Option<PathBuf>,
     /// Runs nothing: re-renders the markdown and charts of an earlier run from its JSON into --out-dir (e.g.
     /// after a change to the charts).
-    #[arg(long, value_name = "JSON")]
+    #[arg(long, value_name = "JSON", conflicts_with = "compare")]
     render: Option<PathBuf>,
+    /// Runs nothing: compares two earlier runs (e.g. without and with --tls), writing
+    /// `<out-dir>/<BASE name>-vs-<OTHER name>.md`: each target's figures in both, and this proxy against Go in each.
+    #[arg(long, num_args = 2, value_names = ["BASE_JSON", "OTHER_JSON"], action = clap::ArgAction::Set)]
+    compare: Option<Vec<PathBuf>>,
     /// Scenarios to run (all if absent).
     #[arg(long = "scenario", value_enum)]
     scenarios: Vec<Scenario>,
@@ -49,6 +54,12 @@ struct Args {
     /// Runs both proxies with this `--namespace` (clients of direct etcd use its keys unprefixed).
     #[arg(long, default_value = "")]
     namespace: String,
+    /// Mutual TLS on every link: etcd serves TLS with --client-cert-auth, both proxies dial it over TLS (a client
+    /// certificate without a Common Name) and serve TLS requiring a client certificate, and the benchmark's clients
+    /// present one; certificates made for the run. `--tls=both`: each case on a plaintext stack and on a TLS
+    /// stack in the same rounds, and the report sets them side by side (what TLS costs each proxy).
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_value = "off", default_missing_value = "on")]
+    tls: TlsMode,
     /// A fresh etcd and fresh proxies for every scenario case (implied by --scale).
     #[arg(long)]
     fresh_stack: bool,
@@ -71,6 +82,9 @@ fn main() -> ExitCode {
     if let Some(json) = &args.render {
         return render(json, &args.out_dir);
     }
+    if let Some(jsons) = &args.compare {
+        return compare(&jsons[0], &jsons[1], &args.out_dir);
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let plan = Plan {
         name: args.name,
@@ -78,6 +92,7 @@ fn main() -> ExitCode {
         etcds: args.etcds,
         proxy_bin: args.proxy_bin.unwrap_or_default(),
         namespace: args.namespace,
+        tls: args.tls,
         scenarios: match (args.scenarios.is_empty(), args.scale) {
             (false, _) => args.scenarios,
             (true, true) => vec![Scenario::WatchFanout, Scenario::LeaseKeepalive],
@@ -150,15 +165,39 @@ fn overridden_flags(matches: &ArgMatches, args: &Args) -> Option<String> {
     })
 }
 
-/// Writes the markdown and charts of an earlier run again from its JSON.
-fn render(json: &Path, out_dir: &Path) -> ExitCode {
-    let report: Report = match std::fs::read_to_string(json)
+/// An earlier run's report, from its JSON.
+fn read_report(json: &Path) -> Result<Report, String> {
+    std::fs::read_to_string(json)
         .map_err(|e| e.to_string())
         .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
-    {
+        .map_err(|e| format!("cannot read {}: {e}", json.display()))
+}
+
+/// Writes the comparison of two earlier runs.
+fn compare(base: &Path, other: &Path, out_dir: &Path) -> ExitCode {
+    let reports = read_report(base).and_then(|base| Ok((base, read_report(other)?)));
+    let written = reports.and_then(|(base, other)| {
+        bench::report::write_comparison(&base, &other, out_dir)
+            .map_err(|e| format!("cannot write the comparison: {e}"))
+    });
+    match written {
+        Ok(path) => {
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes the markdown and charts of an earlier run again from its JSON.
+fn render(json: &Path, out_dir: &Path) -> ExitCode {
+    let report = match read_report(json) {
         Ok(report) => report,
         Err(e) => {
-            eprintln!("bench: cannot read {}: {e}", json.display());
+            eprintln!("bench: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -212,6 +251,37 @@ mod tests {
         assert!(
             quick.starts_with("--seconds cannot be combined with --quick"),
             "{quick}"
+        );
+    }
+
+    #[test]
+    fn compare_takes_two_reports_and_needs_no_targets() {
+        let args = Args::try_parse_from(["bench", "--compare", "off.json", "on.json"])
+            .expect("--compare stands alone");
+        assert_eq!(
+            args.compare,
+            Some(vec![PathBuf::from("off.json"), PathBuf::from("on.json")])
+        );
+        assert!(Args::try_parse_from(["bench", "--compare", "off.json"]).is_err());
+        assert!(
+            Args::try_parse_from(["bench", "--tls"]).is_err(),
+            "a run needs targets"
+        );
+    }
+
+    #[test]
+    fn tls_alone_is_on_and_takes_both() {
+        let tls = |flags: &[&str]| {
+            let line = ["bench", "--etcd", "3.5.1=/usr/bin/etcd", "--proxy-bin", "p"];
+            Args::try_parse_from(line.iter().chain(flags)).map(|a| a.tls)
+        };
+        assert_eq!(tls(&[]).ok(), Some(TlsMode::Off));
+        assert_eq!(tls(&["--tls"]).ok(), Some(TlsMode::On));
+        assert_eq!(tls(&["--tls=both"]).ok(), Some(TlsMode::Both));
+        assert_eq!(
+            tls(&["--tls", "--scenario", "put"]).ok(),
+            Some(TlsMode::On),
+            "a bare --tls takes no value"
         );
     }
 

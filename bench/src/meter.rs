@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::memory::{self, RssReading};
+use crate::services::Service;
 use crate::sys::procfs;
 use crate::upstream::{self, EtcdCounters, UpstreamLoad};
 use testkit::http;
@@ -50,18 +51,17 @@ struct Readings {
 
 /// Reads the servers of one target during one run.
 pub struct Meter {
-    etcd_addr: String,
-    etcd_pid: u32,
+    etcd: Service,
     proxy_pid: Option<u32>,
     readings: Mutex<Readings>,
     peak_rss: Arc<Mutex<Option<u64>>>,
 }
 
 impl Meter {
-    pub fn new(etcd_addr: &str, etcd_pid: u32, proxy_pid: Option<u32>) -> Self {
+    /// Meters `etcd` (its `/metrics` read over TLS when it serves TLS) and the proxy process `proxy_pid`.
+    pub fn new(etcd: &Service, proxy_pid: Option<u32>) -> Self {
         Self {
-            etcd_addr: etcd_addr.to_string(),
-            etcd_pid,
+            etcd: etcd.clone(),
             proxy_pid,
             readings: Mutex::new(Readings::default()),
             peak_rss: Arc::new(Mutex::new(None)),
@@ -73,7 +73,7 @@ impl Meter {
     }
 
     async fn counters(&self) -> Result<EtcdCounters, String> {
-        match http::get(&self.etcd_addr, "/metrics").await {
+        match http::get_with(self.etcd.addr(), "/metrics", self.etcd.http_tls()).await {
             Ok((200, body)) => Ok(upstream::parse(&body)),
             Ok((code, _)) => Err(format!("etcd /metrics answered HTTP {code}")),
             Err(e) => Err(format!("etcd /metrics: {e}")),
@@ -81,7 +81,7 @@ impl Meter {
     }
 
     fn cpu(&self) -> Result<(f64, Option<f64>), String> {
-        let etcd = procfs::cpu_seconds(self.etcd_pid).map_err(|e| format!("etcd CPU: {e}"))?;
+        let etcd = procfs::cpu_seconds(self.etcd.pid()).map_err(|e| format!("etcd CPU: {e}"))?;
         let proxy = match self.proxy_pid {
             Some(pid) => Some(procfs::cpu_seconds(pid).map_err(|e| format!("proxy CPU: {e}"))?),
             None => None,

@@ -1,6 +1,8 @@
 //! What one benchmark run does: which etcd versions, which scenarios at what sizes, how long and how often.
 //!
-//! Every size is a flag (clap), so `ci/bench.sh` and the quick-mode test describe their runs the same way.
+//! Every size is a flag (clap), so `ci/bench.sh` and the quick-mode test describe their runs the same way. The
+//! handshake scenario uses the unary sizes: `connections` x `inflight` clients, each opening connection after
+//! connection.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,16 +60,19 @@ pub enum Scenario {
     LeaseKeepalive,
     /// Serializable ranges, linearizable ranges and puts, mixed from a seeded RNG.
     Mixed,
+    /// A new connection per request (with --tls, a full TLS handshake), one linearizable range on it, closed.
+    Handshake,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Put,
         Scenario::RangeLinearizable,
         Scenario::RangeSerializable,
         Scenario::WatchFanout,
         Scenario::LeaseKeepalive,
         Scenario::Mixed,
+        Scenario::Handshake,
     ];
 
     pub fn label(self) -> &'static str {
@@ -78,6 +83,40 @@ impl Scenario {
             Scenario::WatchFanout => "watch-fanout",
             Scenario::LeaseKeepalive => "lease-keepalive",
             Scenario::Mixed => "mixed",
+            Scenario::Handshake => "handshake",
+        }
+    }
+}
+
+/// Which links a run secures with TLS (`--tls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Plaintext everywhere.
+    #[default]
+    Off,
+    /// Mutual TLS on every link: etcd (`--client-cert-auth`), both proxies towards etcd and towards their clients.
+    On,
+    /// Both in one run: a plaintext stack and a TLS stack, each round visiting the targets on one, then the other.
+    Both,
+}
+
+impl TlsMode {
+    /// In words, for reports.
+    pub fn words(self) -> &'static str {
+        match self {
+            TlsMode::Off => "plaintext",
+            TlsMode::On => "TLS",
+            TlsMode::Both => "plaintext and TLS",
+        }
+    }
+
+    /// The stacks a run uses, by whether each is TLS, in the order each round visits them.
+    pub fn transports(self) -> &'static [bool] {
+        match self {
+            TlsMode::Off => &[false],
+            TlsMode::On => &[true],
+            TlsMode::Both => &[false, true],
         }
     }
 }
@@ -298,6 +337,9 @@ pub struct Plan {
     pub fresh_stack: bool,
     /// `--namespace` for both proxies (none when empty): what a namespace costs each of them.
     pub namespace: String,
+    /// Mutual TLS everywhere (see [`crate::tls`]): etcd with `--client-cert-auth`, both proxies towards etcd and
+    /// towards their clients, and the benchmark's clients: what TLS costs each proxy.
+    pub tls: TlsMode,
     /// Judge the watch and lease scenarios against the targets of issues 5 and 6 in the report.
     pub check_targets: bool,
 }

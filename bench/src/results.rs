@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::load::recorder::Tally;
 use crate::load::watch::WatchStats;
 use crate::meter::ServerCost;
-use crate::plan::{Scenario, Sizes, Target, Timing};
+use crate::plan::{Scenario, Sizes, Target, Timing, TlsMode};
 
 /// One scenario run once at one target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -18,6 +18,10 @@ pub struct Run {
     /// Whether etcd's /metrics were read at the start, during and at the end of the window.
     pub etcd_metrics_read: bool,
     pub watch: Option<WatchStats>,
+    /// With `--tls`, what the client's first handshake with the target negotiated (version, cipher suite, key
+    /// exchange group).
+    #[serde(default)]
+    pub tls_session: Option<String>,
 }
 
 impl Run {
@@ -37,7 +41,8 @@ impl Run {
             Scenario::Put
             | Scenario::RangeLinearizable
             | Scenario::RangeSerializable
-            | Scenario::Mixed => upstream.kv_requests() as f64,
+            | Scenario::Mixed
+            | Scenario::Handshake => upstream.kv_requests() as f64,
             Scenario::WatchFanout => upstream.watchers as f64,
             Scenario::LeaseKeepalive => upstream
                 .stream_msgs
@@ -206,6 +211,9 @@ pub struct ScenarioResult {
     /// Which setting of the scenario this is, when a run has several (the watch fan-out's put rates).
     #[serde(default)]
     pub variant: Option<String>,
+    /// Measured on the TLS stack.
+    #[serde(default)]
+    pub tls: bool,
     /// Its size in words, for the report.
     pub size: String,
     pub runs: Vec<Run>,
@@ -213,7 +221,13 @@ pub struct ScenarioResult {
 }
 
 impl ScenarioResult {
-    pub fn new(scenario: Scenario, variant: Option<String>, size: String, runs: Vec<Run>) -> Self {
+    pub fn new(
+        scenario: Scenario,
+        variant: Option<String>,
+        tls: bool,
+        size: String,
+        runs: Vec<Run>,
+    ) -> Self {
         let summaries = Target::ALL
             .iter()
             .filter_map(|t| TargetSummary::of(scenario, *t, &runs))
@@ -221,18 +235,30 @@ impl ScenarioResult {
         Self {
             scenario,
             variant,
+            tls,
             size,
             runs,
             summaries,
         }
     }
 
-    /// The scenario's label, with its variant if it has one (`watch-fanout 5 puts/s`).
+    /// The scenario's label, with its variant if it has one, and "(TLS)" on the TLS stack (`watch-fanout 5
+    /// puts/s (TLS)`).
     pub fn name(&self) -> String {
-        match &self.variant {
-            Some(variant) => format!("{} {variant}", self.scenario.label()),
-            None => self.scenario.label().to_string(),
+        let mut name = self.scenario.label().to_string();
+        if let Some(variant) = &self.variant {
+            name.push(' ');
+            name.push_str(variant);
         }
+        if self.tls {
+            name.push_str(" (TLS)");
+        }
+        name
+    }
+
+    /// The same case as `other` (scenario and setting), whatever the transport of either.
+    pub fn same_case(&self, other: &ScenarioResult) -> bool {
+        self.scenario == other.scenario && self.variant == other.variant
     }
 
     pub fn summary(&self, target: Target) -> Option<&TargetSummary> {
@@ -262,6 +288,9 @@ pub struct Report {
     /// Whether the report judges the watch and lease scenarios against the targets of issues 5 and 6.
     #[serde(default)]
     pub check_targets: bool,
+    /// Which links were mutual TLS (`--tls`).
+    #[serde(default)]
+    pub tls: TlsMode,
     pub versions: Vec<VersionResult>,
 }
 

@@ -1,21 +1,25 @@
 //! The side-by-side run: for each etcd version a fresh [`Stack`] (etcd, its Go proxy, this proxy; or one per
 //! scenario case with [`Plan::fresh_stack`]); for each scenario case, rounds that visit direct, Go proxy and this
-//! proxy in turn (A B C A B C ...) so that the noise of a shared machine falls on all three alike.
+//! proxy in turn (A B C A B C ...) so that the noise of a shared machine falls on all three alike. With `--tls` the
+//! stack and every client speak mutual TLS; with `--tls=both` a plaintext stack and a TLS stack run side by side,
+//! and each round visits the three targets on the one, then on the other (A B C A' B' C' ...), each transport's
+//! runs making a result of their own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::Channel;
 
+use crate::load::handshake::Handshake;
 use crate::load::kv::{self, Mixed, Put, Range};
 use crate::load::lease::LeaseKeepalive;
 use crate::load::recorder::Recorder;
 use crate::load::watch::WatchFanout;
-use crate::load::{Shape, connect, drive};
+use crate::load::{Shape, drive};
 use crate::meter::Meter;
 use crate::plan::{Case, EtcdBinary, Plan, Scenario, Target};
 use crate::results::{Report, Run, ScenarioResult, VersionResult};
-use crate::services::Stack;
+use crate::services::{Service, Stack};
 use crate::sys::procfs;
 use crate::upstream;
 use testkit::http;
@@ -36,6 +40,7 @@ pub async fn run(plan: &Plan) -> Report {
         timing: plan.timing.clone(),
         seed: plan.seed,
         check_targets: plan.check_targets,
+        tls: plan.tls,
         versions,
     }
 }
@@ -48,63 +53,77 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
         failure: None,
     };
     let cases = Case::all(&plan.scenarios, &plan.sizes);
-    let mut current: Option<(Stack, Channel)> = None;
+    let transports = plan.tls.transports();
+    // One stack per transport, each with a channel straight to its etcd.
+    let mut current: Vec<(Stack, Channel)> = Vec::new();
     for case in cases {
         if plan.fresh_stack {
-            // Dropping the old stack first: its processes end before the new ones start.
-            current = None;
+            // Dropping the old stacks first: their processes end before the new ones start.
+            current.clear();
         }
-        let (stack, direct) = match current.take() {
-            Some(ready) => ready,
-            None => match start_stack(plan, etcd, &mut result).await {
-                Ok(ready) => ready,
-                Err(failure) => {
-                    result.failure = Some(failure);
-                    return result;
+        if current.is_empty() {
+            for &tls in transports {
+                match start_stack(plan, etcd, tls, &mut result).await {
+                    Ok(ready) => current.push(ready),
+                    Err(failure) => {
+                        result.failure = Some(failure);
+                        return result;
+                    }
                 }
-            },
-        };
-        let variant = case.variant(&plan.sizes);
-        let mut runs = Vec::new();
-        for round in 0..plan.timing.rounds {
-            for target in Target::ALL {
-                let run = run_once(plan, &stack, &direct, case, target, round).await;
-                eprintln!(
-                    "bench: etcd {} {}{} round {} {}",
-                    etcd.version,
-                    case.scenario.label(),
-                    variant
-                        .as_deref()
-                        .map_or(String::new(), |v| format!(" {v}")),
-                    round + 1,
-                    brief(&run)
-                );
-                runs.push(run);
             }
         }
-        result.scenarios.push(ScenarioResult::new(
-            case.scenario,
-            variant,
-            size_of(plan, case),
-            runs,
-        ));
-        current = Some((stack, direct));
+        let variant = case.variant(&plan.sizes);
+        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); current.len()];
+        for round in 0..plan.timing.rounds {
+            for ((stack, direct), runs) in current.iter().zip(&mut runs) {
+                for target in Target::ALL {
+                    let run = run_once(plan, stack, direct, case, target, round).await;
+                    eprintln!(
+                        "bench: etcd {} {}{}{} round {} {}",
+                        etcd.version,
+                        case.scenario.label(),
+                        variant
+                            .as_deref()
+                            .map_or(String::new(), |v| format!(" {v}")),
+                        if stack.tls() { " (TLS)" } else { "" },
+                        round + 1,
+                        brief(&run)
+                    );
+                    runs.push(run);
+                }
+            }
+        }
+        for ((stack, _), runs) in current.iter().zip(runs) {
+            result.scenarios.push(ScenarioResult::new(
+                case.scenario,
+                variant.clone(),
+                stack.tls(),
+                size_of(plan, case, stack.tls()),
+                runs,
+            ));
+        }
     }
     result
 }
 
-/// Starts etcd and both proxies, records the proxies' idle memory (of the first stack of the version only) and
-/// writes the hot set; returns the stack and a channel straight to etcd.
+/// Starts etcd and both proxies (with mutual TLS on every link if `tls`), records the proxies' idle memory (of the
+/// first stack of the version only) and writes the hot set; returns the stack and a channel straight to etcd.
 async fn start_stack(
     plan: &Plan,
     etcd: &EtcdBinary,
+    tls: bool,
     result: &mut VersionResult,
 ) -> Result<(Stack, Channel), String> {
     eprintln!(
-        "bench: etcd {}: starting etcd, its Go proxy and this proxy",
-        etcd.version
+        "bench: etcd {}: starting etcd, its Go proxy and this proxy{}",
+        etcd.version,
+        if tls {
+            ", mutual TLS on every link"
+        } else {
+            ""
+        }
     );
-    let stack = Stack::start(etcd, &plan.proxy_bin, &plan.namespace).await?;
+    let stack = Stack::start(etcd, &plan.proxy_bin, &plan.namespace, tls).await?;
     if result.idle_rss_mib.is_empty() {
         for target in [Target::GoProxy, Target::RustProxy] {
             if let Some(pid) = stack.proxy(target).map(|p| p.pid())
@@ -116,8 +135,8 @@ async fn start_stack(
             }
         }
     }
-    let direct = match connect(stack.etcd().addr(), 1).await {
-        Ok(mut channels) => channels.remove(0),
+    let direct = match stack.etcd().dialer().dial().await {
+        Ok(channel) => channel,
         Err(e) => return Err(format!("cannot connect to etcd: {e}")),
     };
     // Once where direct etcd's clients read it, and once where the proxies' namespace keeps it.
@@ -148,21 +167,19 @@ async fn run_once(
 ) -> Run {
     let scenario = case.scenario;
     let sizes = &plan.sizes;
-    let entry = stack.entry(target);
-    let meter = Meter::new(
-        stack.etcd().addr(),
-        stack.etcd().pid(),
-        stack.proxy(target).map(|p| p.pid()),
-    );
-    let connections = match scenario {
-        Scenario::WatchFanout => sizes.watch_connections,
-        _ => sizes.connections,
+    let dialer = stack.entry(target).dialer();
+    let meter = Meter::new(&stack.etcd(), stack.proxy(target).map(|p| p.pid()));
+    let connected = match scenario {
+        // Its clients open their own connections.
+        Scenario::Handshake => Ok(Vec::new()),
+        Scenario::WatchFanout => dialer.connect(sizes.watch_connections).await,
+        _ => dialer.connect(sizes.connections).await,
     };
-    let channels = match connect(entry.addr(), connections).await {
+    let channels = match connected {
         Ok(channels) => channels,
         Err(e) => {
             let mut failed = Recorder::new();
-            failed.failure(format!("connect to {}: {e}", entry.addr()));
+            failed.failure(e);
             return Run {
                 round,
                 target,
@@ -170,6 +187,7 @@ async fn run_once(
                 server: Default::default(),
                 etcd_metrics_read: false,
                 watch: None,
+                tls_session: dialer.negotiated(),
             };
         }
     };
@@ -214,6 +232,11 @@ async fn run_once(
             };
             drive(&channels, &shape, Arc::new(op), &meter).await
         }
+        Scenario::Handshake => {
+            let clients = vec![dialer.clone(); sizes.connections.max(1)];
+            let op = Handshake { call: range(false) };
+            drive(&clients, &shape, Arc::new(op), &meter).await
+        }
         Scenario::WatchFanout => {
             let fanout = WatchFanout {
                 watchers: sizes.watchers,
@@ -242,7 +265,7 @@ async fn run_once(
     };
     drop(channels);
     if let (Scenario::WatchFanout, Some(baseline)) = (scenario, meter.baseline_watchers()) {
-        settle_watchers(stack.etcd().addr(), baseline).await;
+        settle_watchers(&stack.etcd(), baseline).await;
     }
     Run {
         round,
@@ -251,15 +274,16 @@ async fn run_once(
         server: meter.cost(),
         etcd_metrics_read: meter.read_etcd_metrics(),
         watch,
+        tls_session: dialer.negotiated(),
     }
 }
 
 /// Waits (bounded) until etcd holds no more watchers than before the run (the Go proxy keeps a couple of its
 /// own), so that one run's watchers do not linger into the next.
-async fn settle_watchers(etcd_addr: &str, baseline: f64) {
+async fn settle_watchers(etcd: &Service, baseline: f64) {
     let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
     loop {
-        let watchers = match http::get(etcd_addr, "/metrics").await {
+        let watchers = match http::get_with(etcd.addr(), "/metrics", etcd.http_tls()).await {
             Ok((200, body)) => upstream::parse(&body).watchers,
             _ => f64::NAN,
         };
@@ -295,8 +319,8 @@ fn brief(run: &Run) -> String {
     line
 }
 
-/// The case's size in words.
-pub fn size_of(plan: &Plan, case: Case) -> String {
+/// The case's size in words (`tls`: on the TLS stack).
+pub fn size_of(plan: &Plan, case: Case, tls: bool) -> String {
     let s = &plan.sizes;
     let load = match s.rate {
         Some(rate) => format!("{} conns, fixed {rate} req/s", s.connections),
@@ -322,5 +346,21 @@ pub fn size_of(plan: &Plan, case: Case) -> String {
             "{} leases of TTL {} s over {} streams ({} conns), each refreshed every TTL/3",
             s.leases, s.lease_ttl, s.lease_streams, s.connections
         ),
+        Scenario::Handshake => {
+            let clients = match s.rate {
+                Some(rate) => format!("{} clients, fixed {rate} connections/s", s.connections),
+                None => format!("{} clients", s.connections * s.inflight.max(1)),
+            };
+            let setup = if tls {
+                "TCP, full TLS handshake (no resumption) and HTTP/2"
+            } else {
+                "TCP and HTTP/2 (in the clear)"
+            };
+            format!(
+                "{clients}, each opening connection after connection: {setup}, one linearizable range of one of {} \
+                 hot keys, close",
+                s.hot_keys
+            )
+        }
     }
 }

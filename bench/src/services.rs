@@ -10,24 +10,33 @@
 //! A failed start is not retried on new ports: the kit hands out ports outside the kernel's ephemeral range, so
 //! no outgoing connection can take one between its probe and the bind, and the benchmark starts one stack at a
 //! time. A start that fails anyway is a real failure, reported with the process's log.
+//!
+//! With `--tls` every link is mutual TLS, with the certificates of [`Pki`]: etcd serves TLS with
+//! `--client-cert-auth`, both proxies dial it over TLS and serve TLS requiring client certificates, and every
+//! [`Service`] carries the client TLS the benchmark reaches it with.
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use testkit::pki::TlsPaths;
 use testkit::process::Process;
 use testkit::{EtcdCluster, ProxyProcess};
 
+use crate::load::dial::{ClientTls, Dialer};
 use crate::plan::{EtcdBinary, Target};
+use crate::tls::Pki;
 
 /// How long etcd's Go proxy may take to answer `GET /health` with 200 after it was started.
 const GO_PROXY_READY_TIMEOUT: Duration = Duration::from_secs(45);
 
-/// A running target as the runner sees it: where its clients connect and which process to meter.
+/// A running target as the runner sees it: where its clients connect, how (in the clear or over TLS), and which
+/// process to meter.
 #[derive(Clone, Debug)]
 pub struct Service {
     addr: String,
     pid: u32,
+    tls: Option<ClientTls>,
 }
 
 impl Service {
@@ -39,6 +48,16 @@ impl Service {
     pub fn pid(&self) -> u32 {
         self.pid
     }
+
+    /// What opens gRPC connections to it.
+    pub fn dialer(&self) -> Dialer {
+        Dialer::new(&self.addr, self.tls.clone())
+    }
+
+    /// The client certificate and CA its HTTP endpoints (`/metrics`, `/health`) take, if it serves TLS.
+    pub fn http_tls(&self) -> Option<&TlsPaths> {
+        self.tls.as_ref().map(ClientTls::paths)
+    }
 }
 
 /// etcd's Go gRPC proxy, `etcd grpc-proxy start` of the etcd binary under test.
@@ -49,12 +68,13 @@ pub struct GoProxy {
 
 impl GoProxy {
     /// Starts it in front of `upstream` with its data and log in `dir`, and waits (with a deadline) until
-    /// `GET /health` answers 200.
+    /// `GET /health` answers 200 (over TLS with `client` when it serves TLS).
     pub async fn start(
         etcd_bin: &Path,
         upstream: &str,
         dir: &Path,
         flags: &[String],
+        client: Option<&TlsPaths>,
     ) -> Result<Self, String> {
         let port = testkit::try_free_port().map_err(|e| format!("a free loopback port: {e}"))?;
         let addr = format!("127.0.0.1:{port}");
@@ -70,58 +90,99 @@ impl GoProxy {
             .args(flags);
         let mut process = Process::spawn("etcd's Go grpc-proxy", cmd, &dir.join("go-proxy.log"))?;
         process
-            .wait_http(&addr, "/health", GO_PROXY_READY_TIMEOUT, |code, _| {
-                code == 200
-            })
+            .wait_http_with(
+                &addr,
+                "/health",
+                client,
+                GO_PROXY_READY_TIMEOUT,
+                |code, _| code == 200,
+            )
             .await?;
         Ok(Self { addr, process })
     }
 }
 
 /// One etcd and the two proxies in front of it. Fields drop in order: the proxies before etcd, whose directory
-/// (holding the Go proxy's too) goes last.
+/// (holding the Go proxy's too) goes before the certificates, last.
 pub struct Stack {
     rust_proxy: ProxyProcess,
     go_proxy: GoProxy,
     etcd: EtcdCluster,
     etcd_pid: u32,
+    client_tls: Option<ClientTls>,
+    _pki: Option<Pki>,
 }
 
 impl Stack {
-    /// Starts a fresh etcd from `etcd`, then both proxies in front of it, both with `--namespace` if not empty.
+    /// Starts a fresh etcd from `etcd`, then both proxies in front of it, both with `--namespace` if not empty;
+    /// with `tls`, every link is mutual TLS.
     pub async fn start(
         etcd: &EtcdBinary,
         proxy_bin: &Path,
         namespace: &str,
+        tls: bool,
     ) -> Result<Self, String> {
-        let flags: Vec<String> = (!namespace.is_empty())
+        let pki = tls.then(Pki::new).transpose()?;
+        let client_tls = pki
+            .as_ref()
+            .map(|pki| ClientTls::load(pki.client()))
+            .transpose()?;
+        let client = pki.as_ref().map(Pki::client);
+        let mut flags: Vec<String> = (!namespace.is_empty())
             .then(|| format!("--namespace={namespace}"))
             .into_iter()
             .collect();
+        flags.extend(pki.iter().flat_map(Pki::proxy_flags));
         let binaries = etcd.binaries()?;
-        let cluster = EtcdCluster::start(&binaries, 1, &["--log-level=warn"]).await?;
+        let cluster = EtcdCluster::start_with(
+            &binaries,
+            1,
+            &["--log-level=warn"],
+            pki.as_ref().map(|pki| pki.etcd().clone()),
+        )
+        .await?;
+        // `https://127.0.0.1:PORT` with TLS, which both proxies take as "dial etcd over TLS".
         let upstream = cluster.endpoint(0);
         let etcd_pid = cluster
             .pid(0)
             .ok_or_else(|| format!("etcd {} on {upstream} is not running", etcd.version))?;
-        let go_proxy =
-            GoProxy::start(&binaries.etcd, &upstream, &cluster.scratch_dir(), &flags).await?;
-        let rust_proxy =
-            ProxyProcess::start_with_env(proxy_bin, &[upstream], &flags, &[("RUST_LOG", "warn")])
-                .await?;
+        let go_proxy = GoProxy::start(
+            &binaries.etcd,
+            &upstream,
+            &cluster.scratch_dir(),
+            &flags,
+            client,
+        )
+        .await?;
+        let rust_proxy = ProxyProcess::start_with(
+            proxy_bin,
+            &[upstream],
+            &flags,
+            &[("RUST_LOG", "warn")],
+            client.cloned(),
+        )
+        .await?;
         Ok(Self {
             rust_proxy,
             go_proxy,
             etcd: cluster,
             etcd_pid,
+            client_tls,
+            _pki: pki,
         })
+    }
+
+    /// Whether every link of this stack is mutual TLS.
+    pub fn tls(&self) -> bool {
+        self.client_tls.is_some()
     }
 
     /// etcd itself.
     pub fn etcd(&self) -> Service {
         Service {
-            addr: self.etcd.endpoint(0),
+            addr: self.etcd.addr(0),
             pid: self.etcd_pid,
+            tls: self.client_tls.clone(),
         }
     }
 
@@ -137,10 +198,12 @@ impl Stack {
             Target::GoProxy => Some(Service {
                 addr: self.go_proxy.addr.clone(),
                 pid: self.go_proxy.process.pid(),
+                tls: self.client_tls.clone(),
             }),
             Target::RustProxy => Some(Service {
                 addr: self.rust_proxy.addr(),
                 pid: self.rust_proxy.pid(),
+                tls: self.client_tls.clone(),
             }),
         }
     }

@@ -3,11 +3,12 @@
 //! asserts that every target produced results (completions, latencies, no errors, etcd's metrics read, the report
 //! written), never a speed.
 //!
-//! One etcd version keeps it short; `ci/bench.sh` runs every version.
+//! One etcd version keeps it short; `ci/bench.sh` runs every version. A second test runs a few scenarios with
+//! `--tls=both`: on a plaintext stack and on a stack with mutual TLS on every link, in the same rounds.
 
 use std::path::Path;
 
-use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Target, Timing};
+use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Target, Timing, TlsMode};
 use bench::results::Report;
 use testkit::{Binaries, Version};
 
@@ -22,6 +23,7 @@ fn quick_plan(etcd: Binaries, out_dir: &Path) -> Plan {
         // The release build, built (or confirmed up to date) by cargo first, so the test never runs a stale proxy.
         proxy_bin: testkit::proxy::binary().expect("the proxy's release binary"),
         namespace: String::new(),
+        tls: TlsMode::Off,
         scenarios: Scenario::ALL.to_vec(),
         sizes: Sizes::quick(),
         timing: Timing::quick(),
@@ -193,7 +195,80 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
             scenario.label()
         );
     }
-    for section in ["Watch fan-out (medians", "Lease keep-alive (medians"] {
+    for section in [
+        "Watch fan-out (medians",
+        "Lease keep-alive (medians",
+        "Handshakes (medians",
+        "- transport: plaintext",
+    ] {
+        assert!(markdown.contains(section), "{section} missing: {markdown}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_tls_mode_runs_each_case_in_plaintext_and_over_mutual_tls_and_counts_handshakes() {
+    let Some(etcd) = Version::V3_4_23.require() else {
+        return;
+    };
+    let out = testkit::dirs::temp_dir("bench-quick-tls-").expect("temporary output directory");
+    let scenarios = vec![Scenario::Put, Scenario::WatchFanout, Scenario::Handshake];
+    let plan = Plan {
+        name: "quick-tls".into(),
+        tls: TlsMode::Both,
+        scenarios: scenarios.clone(),
+        ..quick_plan(etcd, out.path())
+    };
+    let report = bench::runner::run(&plan).await;
+
+    let version = &report.versions[0];
+    assert_eq!(version.failure, None, "a stack did not start");
+    let measured: Vec<(Scenario, bool)> = version
+        .scenarios
+        .iter()
+        .map(|s| (s.scenario, s.tls))
+        .collect();
+    let expected: Vec<(Scenario, bool)> = scenarios
+        .iter()
+        .flat_map(|&s| [(s, false), (s, true)])
+        .collect();
+    assert_eq!(measured, expected, "each case in plaintext, then over TLS");
+    for scenario in &version.scenarios {
+        assert_eq!(
+            scenario.runs.len(),
+            3,
+            "{}: a run per target",
+            scenario.name()
+        );
+        for run in &scenario.runs {
+            let what = format!("{} at {}: {run:#?}", scenario.name(), run.target.label());
+            assert!(run.client.completed > 0, "nothing completed: {what}");
+            assert_eq!(run.client.errors, 0, "errors: {what}");
+            assert!(run.etcd_metrics_read, "etcd /metrics not read: {what}");
+            match (&run.tls_session, scenario.tls) {
+                (Some(session), true) => assert!(session.starts_with("TLSv1_"), "{what}"),
+                (None, false) => {}
+                _ => panic!("a TLS session exactly on the TLS stack: {what}"),
+            }
+            if scenario.scenario == Scenario::Handshake {
+                // Each connection made one range, and the range reached etcd through every target.
+                assert!(run.server.upstream.kv_requests() > 0, "{what}");
+                assert_eq!(
+                    run.server.proxy_cpu_seconds.is_some(),
+                    run.target != Target::Direct,
+                    "{what}"
+                );
+            }
+        }
+    }
+    let markdown = bench::report::table::markdown(&report);
+    for section in [
+        "- transport: each case twice, on a plaintext stack and on a TLS stack",
+        "TLS the benchmark's clients negotiated: direct `TLSv1_",
+        "| handshake (TLS) | this-proxy |",
+        "| handshake | this-proxy |",
+        "TLS against plaintext (same rounds",
+        "| put | this-proxy | ",
+    ] {
         assert!(markdown.contains(section), "{section} missing: {markdown}");
     }
 }

@@ -56,6 +56,7 @@ impl Operation for Put {
 }
 
 /// Single-key ranges over the hot set.
+#[derive(Clone)]
 pub struct Range {
     pub hot_keys: usize,
     pub serializable: bool,

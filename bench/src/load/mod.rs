@@ -1,13 +1,17 @@
 //! Load generation: tonic clients of the `proto` crate over N connections, driven closed-loop (M requests in flight
 //! per connection) or open-loop at a fixed rate, with latency recorded per request.
 //!
+//! - [`dial`]: connections to a target, in the clear or over mutual TLS (tokio-rustls under tonic).
 //! - [`recorder`]: latency histograms and error counts, merged into a [`recorder::Tally`].
 //! - [`kv`]: put, linearizable range, serializable range over a hot set, and the mixed workload.
+//! - [`handshake`]: a new connection (and TLS handshake) per request, one range on it, closed.
 //! - [`watch`]: W watchers on one key (P per Watch stream), puts at a steady rate, completeness, put-to-delivery
 //!   and put-to-last-delivery latency ([`fanout`]), idle memory per watcher.
 //! - [`lease`]: L leases kept alive over S streams.
 
+pub mod dial;
 pub mod fanout;
+pub mod handshake;
 pub mod kv;
 pub mod lease;
 pub mod recorder;
@@ -20,7 +24,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::meter::Meter;
 use recorder::{Recorder, Tally};
@@ -28,22 +32,10 @@ use recorder::{Recorder, Tally};
 /// A request that has not answered by then counts as failed, so a stuck target cannot hang the benchmark.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Opens `n` separate HTTP/2 connections to `addr`.
-pub async fn connect(addr: &str, n: usize) -> Result<Vec<Channel>, tonic::transport::Error> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    let mut channels = Vec::with_capacity(n);
-    for _ in 0..n.max(1) {
-        // Each connect() dials its own connection; clones of one Channel would share one.
-        channels.push(endpoint.connect().await?);
-    }
-    Ok(channels)
-}
-
-/// One kind of unary request. `draw` is a fresh number from the worker's seeded RNG, for choosing keys and kinds.
-pub trait Operation: Send + Sync + 'static {
-    fn call(&self, channel: Channel, draw: u64) -> BoxFuture<'static, Result<(), tonic::Status>>;
+/// One kind of unary request, made on a lane: a connection (a [`Channel`]), or what opens one (a
+/// [`dial::Dialer`]). `draw` is a fresh number from the worker's seeded RNG, for choosing keys and kinds.
+pub trait Operation<L = Channel>: Send + Sync + 'static {
+    fn call(&self, lane: L, draw: u64) -> BoxFuture<'static, Result<(), tonic::Status>>;
 }
 
 /// How a unary scenario is driven.
@@ -57,22 +49,23 @@ pub struct Shape {
     pub seed: u64,
 }
 
-/// Drives `op` over `channels` as `shape` says. Requests that start inside the measured window are recorded;
-/// `meter` is started when the window opens, read in the middle, and ended when it closes.
-pub async fn drive(
-    channels: &[Channel],
+/// Drives `op` over `lanes` (`shape.inflight_per_connection` workers on each) as `shape` says. Requests that start
+/// inside the measured window are recorded; `meter` is started when the window opens, read in the middle, and
+/// ended when it closes.
+pub async fn drive<L: Clone + Send + 'static>(
+    lanes: &[L],
     shape: &Shape,
-    op: Arc<dyn Operation>,
+    op: Arc<dyn Operation<L>>,
     meter: &Meter,
 ) -> Tally {
     let begin = Instant::now();
     let window_start = begin + shape.warmup;
     let window_end = window_start + shape.measured;
     let slots = Arc::new(AtomicU64::new(0));
-    let workers = channels.len() * shape.inflight_per_connection.max(1);
+    let workers = lanes.len() * shape.inflight_per_connection.max(1);
     let mut tasks = Vec::with_capacity(workers);
     for index in 0..workers {
-        let channel = channels[index % channels.len()].clone();
+        let lane = lanes[index % lanes.len()].clone();
         let op = Arc::clone(&op);
         let slots = Arc::clone(&slots);
         let rate = shape.rate;
@@ -97,7 +90,7 @@ pub async fn drive(
                     break;
                 }
                 let result =
-                    tokio::time::timeout(REQUEST_TIMEOUT, op.call(channel.clone(), rng.next_u64()))
+                    tokio::time::timeout(REQUEST_TIMEOUT, op.call(lane.clone(), rng.next_u64()))
                         .await;
                 if scheduled < window_start {
                     continue;

@@ -1,7 +1,8 @@
 //! Writing a [`Report`]: `<name>.json` (everything), `<name>.md` (tables, and the issues' [`targets`] when the
-//! run checks them) and SVG charts.
+//! run checks them) and SVG charts; and two reports side by side ([`compare`]): `<base>-vs-<other>.md`.
 
 pub mod charts;
+pub mod compare;
 pub mod table;
 pub mod targets;
 
@@ -32,4 +33,12 @@ pub fn write_rendered(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBu
     written.push(markdown);
     written.extend(charts::draw_all(report, dir)?);
     Ok(written)
+}
+
+/// Writes the comparison of two runs as `<base name>-vs-<other name>.md` into `dir`; returns its path.
+pub fn write_comparison(base: &Report, other: &Report, dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}-vs-{}.md", base.name, other.name));
+    std::fs::write(&path, compare::markdown(base, other))?;
+    Ok(path)
 }

@@ -1,10 +1,12 @@
 //! The markdown report: per etcd version, one row per scenario and target with medians over rounds, then the
-//! ratios that answer "what does each proxy cost and save".
+//! ratios that answer "what does each proxy cost and save", then the figures of the watch, lease and handshake
+//! scenarios in their own terms, and with `--tls=both` each case over TLS against itself in plaintext.
 
 use std::fmt::Write as _;
 
+use super::compare;
 use super::targets::{self, Check};
-use crate::plan::{Scenario, Target};
+use crate::plan::{Scenario, Target, TlsMode};
 use crate::results::{Report, ScenarioResult, TargetSummary, VersionResult};
 
 pub fn markdown(report: &Report) -> String {
@@ -19,13 +21,28 @@ pub fn markdown(report: &Report) -> String {
          medians over rounds",
         t.warmup_seconds, t.seconds, t.rounds
     );
+    const MUTUAL: &str = "mutual TLS on every link: etcd serves TLS with --client-cert-auth, both proxies dial \
+        it over TLS with a client certificate and serve TLS requiring one, the benchmark's clients present one (full \
+        handshakes, no resumption)";
+    let _ = writeln!(
+        out,
+        "- transport: {}",
+        match report.tls {
+            TlsMode::Off => "plaintext".to_string(),
+            TlsMode::On => MUTUAL.to_string(),
+            TlsMode::Both => format!(
+                "each case twice, on a plaintext stack and on a TLS stack ({MUTUAL}); every round visits the three \
+                 targets in plaintext, then over TLS; cases over TLS are marked (TLS)"
+            ),
+        }
+    );
     for version in &report.versions {
-        version_section(&mut out, version, report.check_targets);
+        version_section(&mut out, version, report);
     }
     out
 }
 
-fn version_section(out: &mut String, version: &VersionResult, check_targets: bool) {
+fn version_section(out: &mut String, version: &VersionResult, report: &Report) {
     let _ = writeln!(out, "\n## etcd {}\n", version.version);
     if let Some(failure) = &version.failure {
         let _ = writeln!(
@@ -41,6 +58,28 @@ fn version_section(out: &mut String, version: &VersionResult, check_targets: boo
             .map(|(t, mib)| format!("{} {mib:.1} MiB", t.label()))
             .collect();
         let _ = writeln!(out, "Idle RSS right after start: {}.\n", idle.join(", "));
+    }
+    if report.tls != TlsMode::Off {
+        let sessions: Vec<String> = Target::ALL
+            .iter()
+            .filter_map(|&t| {
+                let session = version
+                    .scenarios
+                    .iter()
+                    .filter(|s| s.tls)
+                    .flat_map(|s| &s.runs)
+                    .filter(|r| r.target == t)
+                    .find_map(|r| r.tls_session.as_deref())?;
+                Some(format!("{} `{session}`", t.label()))
+            })
+            .collect();
+        if !sessions.is_empty() {
+            let _ = writeln!(
+                out,
+                "TLS the benchmark's clients negotiated: {}.\n",
+                sessions.join(", ")
+            );
+        }
     }
     if version.scenarios.is_empty() {
         return;
@@ -85,7 +124,9 @@ fn version_section(out: &mut String, version: &VersionResult, check_targets: boo
     }
     watch_table(out, version);
     lease_table(out, version);
-    if check_targets {
+    handshake_table(out, version);
+    tls_table(out, version);
+    if report.check_targets {
         targets_table(out, version);
     }
     let _ = writeln!(out, "\nSizes:\n");
@@ -240,6 +281,82 @@ fn lease_table(out: &mut String, version: &VersionResult) {
     }
 }
 
+/// The handshake scenario in its own terms: connections (over TLS, full handshakes) per second and what each cost.
+fn handshake_table(out: &mut String, version: &VersionResult) {
+    let cases = scenarios_of(version, Scenario::Handshake);
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nHandshakes (medians; each connection is dialed (TCP; over TLS a full handshake; HTTP/2), carries one \
+         linearizable range and is closed; latency from dialing to the range's answer):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| case | target | connections/s | p50 / p99 ms | errors | proxy CPU µs per connection | etcd CPU µs per \
+         connection | this / Go: connections/s, CPU per connection |"
+    );
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|---|");
+    for case in cases {
+        let this = case.summary(Target::RustProxy);
+        let go = case.summary(Target::GoProxy);
+        let ratio = |f: fn(&TargetSummary) -> Option<f64>| match (this.and_then(f), go.and_then(f))
+        {
+            (Some(a), Some(b)) if b > 0.0 => num(a / b, 2),
+            _ => "-".into(),
+        };
+        for s in &case.summaries {
+            let ratios = if s.target == Target::RustProxy {
+                format!(
+                    "{}, {}",
+                    ratio(|s| Some(s.throughput)),
+                    ratio(|s| s.proxy_cpu_ms_per_1k)
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} / {} | {} | {} | {} | {ratios} |",
+                case.name(),
+                s.target.label(),
+                num(s.throughput, 0),
+                num(s.p50_ms, 2),
+                num(s.p99_ms, 2),
+                s.errors,
+                opt(s.proxy_cpu_ms_per_1k, 1),
+                num(s.etcd_cpu_ms_per_1k, 1),
+            );
+        }
+    }
+}
+
+/// Every case measured in plaintext and over TLS in the same rounds (`--tls=both`), side by side.
+fn tls_table(out: &mut String, version: &VersionResult) {
+    let pairs: Vec<(&ScenarioResult, &ScenarioResult)> = version
+        .scenarios
+        .iter()
+        .filter(|s| !s.tls)
+        .filter_map(|plain| {
+            let tls = version
+                .scenarios
+                .iter()
+                .find(|s| s.tls && s.same_case(plain))?;
+            Some((plain, tls))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nTLS against plaintext (same rounds; medians; for the handshake scenario an op is a connection, over TLS \
+         a full handshake):\n"
+    );
+    compare::side_by_side(out, &pairs, "plaintext", "TLS");
+}
+
 /// "Target met / not met" for every check of issues 5 and 6.
 fn targets_table(out: &mut String, version: &VersionResult) {
     let rows: Vec<(String, Check)> = version
@@ -345,6 +462,7 @@ mod tests {
             server,
             etcd_metrics_read: true,
             watch: None,
+            tls_session: None,
         }
     }
 
@@ -363,12 +481,14 @@ mod tests {
             timing: Timing::quick(),
             seed: 1,
             check_targets: false,
+            tls: TlsMode::Off,
             versions: vec![VersionResult {
                 version: "3.5.1".into(),
                 idle_rss_mib: vec![(Target::RustProxy, 7.0)],
                 scenarios: vec![ScenarioResult::new(
                     Scenario::Put,
                     None,
+                    false,
                     "size".into(),
                     runs,
                 )],

@@ -217,7 +217,7 @@ mod tests {
     }
 
     fn scenario(scenario: Scenario, this: TargetSummary, go: TargetSummary) -> ScenarioResult {
-        let mut result = ScenarioResult::new(scenario, None, "size".into(), vec![]);
+        let mut result = ScenarioResult::new(scenario, None, false, "size".into(), vec![]);
         result.summaries = vec![go, this];
         result
     }
