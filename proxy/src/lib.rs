@@ -1,9 +1,11 @@
 //! etcd-grpc-proxy: a drop-in replacement for `etcd grpc-proxy start`.
 //!
-//! Data flows one way: listener → services → upstream → etcd, and back.
+//! Data flows one way: listener (TLS) → services → upstream → (TLS) etcd, and back.
 //!
 //! - [`net`]: the `Net` seam, the only code that touches sockets (`TokioNet` in production).
-//! - [`server`]: one listener for gRPC and the HTTP admin routes, per-RPC metrics, graceful shutdown.
+//! - [`server`]: one listener for gRPC and the HTTP admin routes (and `--metrics-addr`'s, admin routes only), per-RPC
+//!   metrics, graceful shutdown.
+//! - [`tls`]: TLS towards clients and towards etcd, above the `Net` seam; every file re-read for new connections.
 //! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
