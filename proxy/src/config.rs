@@ -169,6 +169,9 @@ pub struct Config {
     pub upstream_keepalive: KeepAlive,
     /// HTTP/2 keep-alive towards clients (`--grpc-keepalive-interval`, `--grpc-keepalive-timeout`).
     pub client_keepalive: KeepAlive,
+    /// The shortest interval at which a client may ping (`--grpc-keepalive-min-time`); zero means grpc-go's
+    /// default (five minutes), as in etcd.
+    pub client_ping_min_time: Duration,
     /// Concurrent HTTP/2 streams per client connection.
     pub max_concurrent_streams: u32,
     /// Responses a client Watch stream may have unread before the proxy ends it (`--watch-buffer-size`).
@@ -211,6 +214,7 @@ impl Config {
                 timeout: Duration::from_secs(20),
                 while_idle: true,
             },
+            client_ping_min_time: Duration::from_secs(5),
             max_concurrent_streams: u32::MAX,
             watch_buffer_size: DEFAULT_WATCH_BUFFER_SIZE,
             watch_max_join_lag: 0,

@@ -1,5 +1,12 @@
 //! One listener for everything: gRPC (HTTP/2) and the admin routes `/health`, `/metrics`, `/proxy/health`,
 //! `/proxy/metrics` (HTTP/1.1 and HTTP/2), told apart per request. Also the per-RPC metrics and graceful shutdown.
+//!
+//! - [`ping_guard`]: each client connection's HTTP/2 frames watched for pings that come too often
+//!   ([`ping_policy`], grpc-go's rules), [`frames`] finding their headers.
+
+mod frames;
+mod ping_guard;
+mod ping_policy;
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -69,6 +76,8 @@ pub async fn serve(
         .keep_alive_interval(config.client_keepalive.interval)
         .keep_alive_timeout(config.client_keepalive.timeout);
     let grace = config.shutdown_grace;
+    // etcd's metrics listener is Go's plain HTTP server, which does not police pings.
+    let ping_min_time = (routes == Routes::All).then_some(config.client_ping_min_time);
     let mut connections = JoinSet::new();
     let connection_shutdown = shutdown.clone();
     loop {
@@ -82,6 +91,7 @@ pub async fn serve(
                         app: app.clone(),
                         tls: tls.clone(),
                         routes,
+                        ping_min_time,
                         shutdown: connection_shutdown.clone(),
                         grace,
                     };
@@ -106,6 +116,8 @@ struct Serving {
     app: Arc<App>,
     tls: Option<Arc<ServerTls>>,
     routes: Routes,
+    /// `None`: pings are not policed.
+    ping_min_time: Option<Duration>,
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 }
@@ -133,6 +145,7 @@ impl Serving {
         let service = hyper::service::service_fn(move |request| {
             Box::pin(handle(app.clone(), routes, request))
         });
+        let conn = ping_guard::PingGuard::new(conn, self.ping_min_time);
         let connection = self.builder.serve_connection(TokioIo::new(conn), service);
         tokio::pin!(connection);
         tokio::select! {
