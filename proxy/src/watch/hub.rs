@@ -374,10 +374,11 @@ impl Hub {
                 (Phase::Unsent, _) => sw.start_rev == start,
                 (Phase::Creating, _) => false,
                 (Phase::Running, _) if !sw.synced => false,
+                // Behind by at most the lag, never ahead (a watcher started at a future revision): a watcher from now
+                // must not miss the revisions before that.
                 (Phase::Running, 0) => {
-                    self.config.max_join_lag > 0
-                        && self.latest_header.revision - (sw.next_rev - 1)
-                            <= self.config.max_join_lag
+                    let lag = self.latest_header.revision - (sw.next_rev - 1);
+                    self.config.max_join_lag > 0 && (0..=self.config.max_join_lag).contains(&lag)
                 }
                 (Phase::Running, start) => sw.next_rev <= start,
             }
@@ -422,6 +423,9 @@ impl Hub {
             return false;
         }
         self.progress_in_flight = true;
+        // Creates not sent yet go first: etcd from 3.5.8 never answers a progress request that reaches a stream
+        // without watchers, which would leave this one (and every later one) unanswered.
+        self.flush_creates();
         self.outbox.push(WatchRequest {
             request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
         });
@@ -453,6 +457,15 @@ impl Hub {
         self.creates_in_flight.clear();
         for sw in self.swatchers.values_mut() {
             if sw.phase == Phase::Running {
+                // From where the receiver furthest behind stands: one that joined with a later start revision must
+                // not be cancelled for a compaction of revisions it never asked for.
+                let needed = sw
+                    .receivers
+                    .iter()
+                    .filter_map(|(stream, id)| self.streams.get(stream)?.watchers.get(id))
+                    .map(|watcher| watcher.next_rev)
+                    .min();
+                sw.next_rev = sw.next_rev.max(needed.unwrap_or(sw.next_rev));
                 sw.start_rev = sw.next_rev;
             }
             sw.phase = Phase::Unsent;
@@ -551,6 +564,17 @@ impl Hub {
 
     fn progress_answered(&mut self, response: WatchResponse) {
         self.progress_in_flight = false;
+        // etcd from 3.5.8 answers only once every watcher of the stream is synced: each one etcd has created has
+        // received everything up to this revision, and a resume after it can no longer be compacted.
+        if !self.answers_idle_progress {
+            let revision = response.header.map_or(0, |h| h.revision);
+            for sw in self.swatchers.values_mut() {
+                if sw.phase == Phase::Running {
+                    sw.next_rev = sw.next_rev.max(revision + 1);
+                    sw.synced = true;
+                }
+            }
+        }
         for stream_id in std::mem::take(&mut self.progress_waiters) {
             let answer = WatchResponse {
                 header: response.header,
@@ -896,7 +920,18 @@ impl Hub {
             if let Some(watcher) = slot.watch_id.and_then(|id| stream.watchers.get_mut(&id)) {
                 watcher.announced = true;
             }
-            for response in slot.responses {
+            let latest = self.latest_header;
+            for mut response in slot.responses {
+                // Held events leave with the newest header, as etcd's catch-up responses carry its current revision:
+                // the stream's other watchers may have received newer events meanwhile, and headers never go back.
+                if let Some(header) = response
+                    .header
+                    .as_mut()
+                    .filter(|_| !response.events.is_empty())
+                    && header.revision < latest.revision
+                {
+                    *header = latest;
+                }
                 self.send(stream_id, response);
             }
         }

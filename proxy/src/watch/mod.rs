@@ -15,6 +15,8 @@ pub mod admission;
 pub mod etcd_version;
 pub mod filter;
 pub mod hub;
+#[cfg(test)]
+mod hub_fuzz;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
