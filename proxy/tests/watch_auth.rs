@@ -333,6 +333,65 @@ async fn a_proxy_user_etcd_refuses_ends_watchers_with_etcds_reason() {
     );
 }
 
+/// The proxy's password kept off its command line: from a file, or from the environment. With the password right,
+/// the proxy's own token opens the upstream watch; with it wrong, the proxy says so in the cancel reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_password_can_come_from_a_file_or_the_environment() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let ep = etcd.endpoint(0);
+    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
+        etcd.etcdctl(0).ok(args).await;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("password");
+    std::fs::write(&file, "rootpw\n").expect("write the password file");
+    let from_file = format!("--password-file={}", file.display());
+    let bin = std::path::Path::new(support::proxy::PROXY_BIN);
+    let start = |flags: Vec<String>, env: &'static [(&'static str, &'static str)]| {
+        let endpoints = etcd.endpoints();
+        async move {
+            testkit::ProxyProcess::start_with_env(bin, &endpoints, &flags, env)
+                .await
+                .expect("the proxy starts")
+        }
+    };
+    let root = token(&ep, "root", "rootpw").await;
+    for (proxy, right) in [
+        (
+            start(vec!["--user=root".into(), from_file], &[]).await,
+            true,
+        ),
+        (
+            start(
+                vec!["--user=root".into()],
+                &[("ETCD_GRPC_PROXY_PASSWORD", "rootpw")],
+            )
+            .await,
+            true,
+        ),
+        (
+            start(
+                vec!["--user=root".into()],
+                &[("ETCD_GRPC_PROXY_PASSWORD", "wrong")],
+            )
+            .await,
+            false,
+        ),
+    ] {
+        let (_keep, _stream, answer) = watch_with(&proxy.addr(), &root, "k").await;
+        assert_eq!(answer.created && !answer.canceled, right, "{answer:?}");
+        if !right {
+            assert!(
+                answer.cancel_reason.contains("authentication failed"),
+                "{answer:?}"
+            );
+        }
+    }
+}
+
 /// GHSA-xg4h-6gfc-h4m8: etcd before 3.5.33 (every version the test kit has) checks a watch whose `range_end` is
 /// `"\0"` (every key from `key` on) as if it covered `key` alone, so a user who may read only `a` receives writes
 /// to `b`. Directly on etcd the hole shows; through the proxy, in both modes, that watch is refused as etcd refuses

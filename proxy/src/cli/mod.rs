@@ -65,9 +65,13 @@ struct StartArgs {
     /// The proxy's own etcd user for upstream watch streams, as NAME or NAME:PASSWORD (as etcdctl takes it)
     #[arg(long)]
     user: Option<String>,
-    /// Password of --user (when not given in --user itself)
+    /// Password of --user (when not given in --user itself). Anyone on the host can read a command line: prefer
+    /// --password-file or the environment variable ETCD_GRPC_PROXY_PASSWORD
     #[arg(long)]
     password: Option<String>,
+    /// File holding the password of --user (one trailing newline is not part of it)
+    #[arg(long)]
+    password_file: Option<std::path::PathBuf>,
     /// Prefix of every key clients read and write: each client sees a whole keyspace that is really the part of
     /// etcd's under this prefix (any bytes; empty: no namespace)
     #[arg(long, default_value = "", value_parser = clap::builder::OsStringValueParser::new())]
@@ -209,7 +213,12 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     }
     config.watch_buffer_size = args.watch_buffer_size;
     config.watch_max_join_lag = i64::from(args.watch_max_join_lag);
-    config.user = credentials(args.user, args.password)?;
+    let password = password(
+        args.password,
+        args.password_file,
+        std::env::var(PASSWORD_ENV).ok(),
+    )?;
+    config.user = credentials(args.user, password)?;
     // Taken as bytes, as etcd takes it: a prefix need not be UTF-8.
     config.namespace = std::os::unix::ffi::OsStrExt::as_bytes(args.namespace.as_os_str()).to_vec();
     tls::apply(args.tls, &mut config)?;
@@ -221,26 +230,63 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     })
 }
 
-/// `--user NAME:PASSWORD`, or `--user NAME --password PASSWORD`, the way etcdctl takes them.
+/// Where the password of `--user` may come from besides the command line.
+pub const PASSWORD_ENV: &str = "ETCD_GRPC_PROXY_PASSWORD";
+
+/// The password from `--password`, `--password-file` or the environment (used only when neither flag is given).
+fn password(
+    flag: Option<String>,
+    file: Option<std::path::PathBuf>,
+    env: Option<String>,
+) -> Result<Option<Password>, String> {
+    match (flag, file) {
+        (Some(_), Some(_)) => Err("--password and --password-file are exclusive".into()),
+        (Some(flag), None) => Ok(Some(Password::Given(flag, "--password"))),
+        (None, Some(path)) => {
+            let read = std::fs::read_to_string(&path)
+                .map_err(|e| format!("--password-file {}: {e}", path.display()))?;
+            let password = read
+                .strip_suffix('\n')
+                .map(|p| p.strip_suffix('\r').unwrap_or(p))
+                .unwrap_or(&read);
+            Ok(Some(Password::Given(
+                password.to_owned(),
+                "--password-file",
+            )))
+        }
+        (None, None) => Ok(env.map(Password::FromEnvironment)),
+    }
+}
+
+/// A password, and whether a flag gave it (the environment yields to `--user NAME:PASSWORD`).
+enum Password {
+    Given(String, &'static str),
+    FromEnvironment(String),
+}
+
+/// `--user NAME:PASSWORD`, or `--user NAME` with the password from [`password`], the way etcdctl takes them.
 fn credentials(
     user: Option<String>,
-    password: Option<String>,
+    password: Option<Password>,
 ) -> Result<Option<crate::config::Credentials>, String> {
     let Some(user) = user else {
         return match password {
-            Some(_) => Err("--password needs --user".into()),
-            None => Ok(None),
+            Some(Password::Given(_, flag)) => Err(format!("{flag} needs --user")),
+            Some(Password::FromEnvironment(_)) | None => Ok(None),
         };
     };
     let (name, password) = match (user.split_once(':'), password) {
-        (Some(_), Some(_)) => {
-            return Err("--user NAME:PASSWORD and --password are exclusive".into());
+        (Some(_), Some(Password::Given(_, flag))) => {
+            return Err(format!("--user NAME:PASSWORD and {flag} are exclusive"));
         }
-        (Some((name, inline)), None) => (name.to_owned(), inline.to_owned()),
-        (None, Some(password)) => (user, password),
+        (Some((name, inline)), _) => (name.to_owned(), inline.to_owned()),
+        (None, Some(Password::Given(password, _) | Password::FromEnvironment(password))) => {
+            (user, password)
+        }
         (None, None) => {
             return Err(format!(
-                "--user {user:?} needs a password: --user NAME:PASSWORD or --password"
+                "--user {user:?} needs a password: --user NAME:PASSWORD, --password-file, --password or \
+                 {PASSWORD_ENV}"
             ));
         }
     };
@@ -435,8 +481,41 @@ mod tests {
             given(&["start", "--user", "proxy", "--password", "pw"]),
             proxy("pw")
         );
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, content: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, content).unwrap();
+            format!("--password-file={}", path.display())
+        };
+        for (content, password) in [
+            ("pw\n", "pw"),
+            ("pw\r\n", "pw"),
+            ("pw", "pw"),
+            (" p w \n\n", " p w \n"),
+        ] {
+            let flag = file("password", content);
+            assert_eq!(given(&["start", "--user=proxy", &flag]), proxy(password));
+        }
+        let missing = dir.path().join("missing");
         for (args, needle) in [
-            (&["start", "--password=pw"][..], "--password needs --user"),
+            (
+                &["start", &file("p", "pw"), "--password=pw"][..],
+                "exclusive",
+            ),
+            (
+                &[
+                    "start",
+                    "--user=proxy",
+                    &format!("--password-file={}", missing.display()),
+                ],
+                "missing",
+            ),
+            (
+                &["start", "--user=proxy:pw", &file("p", "pw")],
+                "--password-file are exclusive",
+            ),
+            (&["start", &file("p", "pw")], "--password-file needs --user"),
+            (&["start", "--password=pw"], "--password needs --user"),
             (&["start", "--user=proxy"], "needs a password"),
             (&["start", "--user=proxy:pw", "--password=pw"], "exclusive"),
             (&["start", "--user=:pw"], "user name is empty"),
