@@ -34,6 +34,18 @@ const PROBE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long a read may keep being retried across endpoints when the client set no deadline.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 
+/// The HTTP/2 receive window of each upstream stream: what etcd may send on one stream ahead of the proxy's
+/// relay, so what an answer stream whose client does not read (Snapshot, Observe) holds in the proxy at most.
+/// (hyper's default, written out because the bound depends on it.)
+pub const UPSTREAM_STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+
+/// The HTTP/2 receive window of each upstream connection, the largest HTTP/2 allows. All calls to an endpoint
+/// share one connection, and h2 gives connection window back only when a stream's data is read: with a smaller
+/// window, a few streams whose clients stop reading hold it all (hyper's default 5 MiB: three unread Snapshot
+/// streams) and every other call to that endpoint, Watch and lease streams included, stalls. At this size a
+/// stream is bounded by its own window alone, as in grpc-go, which returns connection window as data arrives.
+const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
 struct Member {
     endpoint: Endpoint,
     channel: Channel,
@@ -305,7 +317,9 @@ fn tonic_endpoint(endpoint: &Endpoint, config: &Config) -> TonicEndpoint {
     let mut tonic = TonicEndpoint::from_shared(format!("http://{}", endpoint.authority()))
         .expect("validated endpoint forms a URI")
         .connect_timeout(config.dial_timeout)
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
+        .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW);
     if let Some(interval) = config.upstream_keepalive.interval {
         tonic = tonic
             .http2_keep_alive_interval(interval)
