@@ -174,6 +174,10 @@ pub struct Config {
     pub client_ping_min_time: Duration,
     /// Concurrent HTTP/2 streams per client connection.
     pub max_concurrent_streams: u32,
+    /// Client connections open at once (both listeners); more are closed as soon as accepted.
+    pub max_client_connections: usize,
+    /// gRPC calls in progress at once across every client connection; more are refused with `ResourceExhausted`.
+    pub max_client_calls: usize,
     /// Responses a client Watch stream may have unread before the proxy ends it (`--watch-buffer-size`).
     pub watch_buffer_size: usize,
     /// How far (in revisions) behind the newest known revision a running upstream watcher may be for a new
@@ -216,6 +220,8 @@ impl Config {
             },
             client_ping_min_time: Duration::from_secs(5),
             max_concurrent_streams: u32::MAX,
+            max_client_connections: DEFAULT_MAX_CLIENT_CONNECTIONS,
+            max_client_calls: DEFAULT_MAX_CLIENT_CALLS,
             watch_buffer_size: DEFAULT_WATCH_BUFFER_SIZE,
             watch_max_join_lag: 0,
             user: None,
@@ -228,6 +234,12 @@ impl Config {
         }
     }
 }
+
+/// `--max-client-connections` when the open-file limit does not decide it (see `main.rs`).
+pub const DEFAULT_MAX_CLIENT_CONNECTIONS: usize = 60_000;
+/// Default `--max-client-calls`: an idle Watch stream costs about 21 KiB (README.md), so this bounds what idle
+/// streams can hold near 2 GiB.
+pub const DEFAULT_MAX_CLIENT_CALLS: usize = 100_000;
 
 /// Default `--watch-buffer-size`: etcd's Go proxy buffers 1024 responses per stream too.
 pub const DEFAULT_WATCH_BUFFER_SIZE: usize = 1024;

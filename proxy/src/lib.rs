@@ -113,6 +113,7 @@ impl BoundProxy {
         let app = Arc::new(server::App {
             rpc: rpc::Rpc::new(&upstream, &metrics, &self.config),
             upstream,
+            limits: server::Limits::new(&self.config, metrics.clone()),
             metrics,
         });
         if let Some(listener) = self.metrics_listener {

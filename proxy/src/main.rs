@@ -31,6 +31,17 @@ fn main() -> ExitCode {
         from_flag = cli.seed_given,
         "random seed"
     );
+    let mut config = cli.config;
+    let open_files = raise_open_file_limit();
+    config.max_client_connections = cli
+        .max_client_connections
+        .unwrap_or_else(|| connections_for(open_files));
+    tracing::info!(
+        open_files,
+        max_client_connections = config.max_client_connections,
+        max_client_calls = config.max_client_calls,
+        "limits"
+    );
     let runtime = match runtime(cli.worker_threads) {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -38,11 +49,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(proxy::run(
-        cli.config,
-        Arc::new(TokioNet),
-        shutdown_signal(),
-    )) {
+    match runtime.block_on(proxy::run(config, Arc::new(TokioNet), shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("etcd-grpc-proxy: {err}");
@@ -66,6 +73,33 @@ fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
         builder.worker_threads(worker_threads);
     }
     builder.enable_all().build()
+}
+
+/// File descriptors kept for what is not a client connection: etcd connections, TLS and other files, listeners.
+const RESERVED_FILES: u64 = 256;
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does for etcd's proxy; returns the limit
+/// now in force (`None`: unlimited or unknown).
+fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(err) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(%err, "cannot raise the open-file limit");
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// The default `--max-client-connections`: every descriptor the limit allows but the reserved ones.
+fn connections_for(open_files: Option<u64>) -> usize {
+    match open_files {
+        Some(limit) => {
+            usize::try_from(limit.saturating_sub(RESERVED_FILES).max(16)).unwrap_or(usize::MAX)
+        }
+        None => proxy::config::DEFAULT_MAX_CLIENT_CONNECTIONS,
+    }
 }
 
 /// The seed when `--seed` is absent: drawn once from the OS.

@@ -41,6 +41,9 @@ pub struct Metrics {
     /// Tokens the proxy obtained for its own identity (`--user`), by outcome.
     pub watch_identity_authentications: IntCounterVec,
     /// `/health` checks that passed and failed (etcd's names).
+    pub client_connections: IntGauge,
+    pub client_connections_refused: IntCounter,
+    pub client_calls_refused: IntCounter,
     pub health_success: IntCounter,
     pub health_failures: IntCounter,
 }
@@ -129,6 +132,18 @@ impl Metrics {
             ),
             &["result"],
         )?;
+        let client_connections = IntGauge::new(
+            "etcd_grpc_proxy_client_connections",
+            "Client connections open now (both listeners).",
+        )?;
+        let client_connections_refused = IntCounter::new(
+            "etcd_grpc_proxy_client_connections_refused_total",
+            "Client connections closed as soon as accepted because --max-client-connections were open.",
+        )?;
+        let client_calls_refused = IntCounter::new(
+            "etcd_grpc_proxy_client_calls_refused_total",
+            "gRPC calls refused with ResourceExhausted because --max-client-calls were in progress.",
+        )?;
         let health_success = IntCounter::new(
             "etcd_server_health_success",
             "The total number of successful health checks",
@@ -152,6 +167,9 @@ impl Metrics {
         registry.register(Box::new(watch_client_watchers.clone()))?;
         registry.register(Box::new(watch_upstream_watchers.clone()))?;
         registry.register(Box::new(watch_identity_authentications.clone()))?;
+        registry.register(Box::new(client_connections.clone()))?;
+        registry.register(Box::new(client_connections_refused.clone()))?;
+        registry.register(Box::new(client_calls_refused.clone()))?;
         registry.register(Box::new(health_success.clone()))?;
         registry.register(Box::new(health_failures.clone()))?;
         Ok(Self {
@@ -171,6 +189,9 @@ impl Metrics {
             watch_client_watchers,
             watch_upstream_watchers,
             watch_identity_authentications,
+            client_connections,
+            client_connections_refused,
+            client_calls_refused,
             health_success,
             health_failures,
         })

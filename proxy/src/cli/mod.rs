@@ -55,6 +55,13 @@ struct StartArgs {
     /// Concurrent HTTP/2 streams per client connection
     #[arg(long, default_value_t = u32::MAX)]
     max_concurrent_streams: u32,
+    /// Client connections open at once; more are closed as soon as accepted (default: the open-file limit, which
+    /// the proxy raises to its hard limit at start, minus 256 kept for etcd connections and files)
+    #[arg(long)]
+    max_client_connections: Option<usize>,
+    /// gRPC calls in progress at once over all client connections; more are refused with ResourceExhausted
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_CLIENT_CALLS)]
+    max_client_calls: usize,
     /// Watch responses a client stream may leave unread before the proxy ends that stream
     #[arg(long, default_value_t = crate::config::DEFAULT_WATCH_BUFFER_SIZE)]
     watch_buffer_size: usize,
@@ -111,6 +118,8 @@ pub struct Cli {
     pub seed_given: bool,
     /// `--worker-threads`: 1 for a single-threaded runtime, 0 for one thread per core, else that many.
     pub worker_threads: usize,
+    /// `--max-client-connections` if given; otherwise the caller derives it from the open-file limit.
+    pub max_client_connections: Option<usize>,
 }
 
 fn command() -> Command {
@@ -208,6 +217,15 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     };
     config.client_ping_min_time = args.grpc_keepalive_min_time;
     config.max_concurrent_streams = args.max_concurrent_streams;
+    if args.max_client_connections == Some(0) || args.max_client_calls == 0 {
+        return Err(
+            "--max-client-connections and --max-client-calls must be greater than 0".into(),
+        );
+    }
+    config.max_client_connections = args
+        .max_client_connections
+        .unwrap_or(crate::config::DEFAULT_MAX_CLIENT_CONNECTIONS);
+    config.max_client_calls = args.max_client_calls;
     if args.watch_buffer_size == 0 {
         return Err("--watch-buffer-size must be greater than 0".into());
     }
@@ -227,6 +245,7 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
         debug: args.debug,
         seed_given,
         worker_threads: args.worker_threads,
+        max_client_connections: args.max_client_connections,
     })
 }
 
@@ -385,6 +404,8 @@ mod tests {
             "--dial-keepalive-time=10s",
             "--permit-without-stream=true",
             "--grpc-keepalive-min-time=1500ms",
+            "--max-client-connections=7",
+            "--max-client-calls=8",
             "--seed=42",
             "--data-dir=/tmp/x",
             "--worker-threads=0",
@@ -404,6 +425,14 @@ mod tests {
         );
         assert!(cli.config.upstream_keepalive.while_idle);
         assert_eq!(cli.config.client_ping_min_time, Duration::from_millis(1500));
+        assert_eq!(cli.max_client_connections, Some(7));
+        assert_eq!(
+            (
+                cli.config.max_client_connections,
+                cli.config.max_client_calls
+            ),
+            (7, 8)
+        );
         assert_eq!(cli.config.seed, 42);
     }
 

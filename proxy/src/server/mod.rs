@@ -1,12 +1,16 @@
 //! One listener for everything: gRPC (HTTP/2) and the admin routes `/health`, `/metrics`, `/proxy/health`,
 //! `/proxy/metrics` (HTTP/1.1 and HTTP/2), told apart per request. Also the per-RPC metrics and graceful shutdown.
 //!
+//! - [`limits`]: how many client connections and calls are taken at once.
 //! - [`ping_guard`]: each client connection's HTTP/2 frames watched for pings that come too often
 //!   ([`ping_policy`], grpc-go's rules), [`frames`] finding their headers.
 
 mod frames;
+mod limits;
 mod ping_guard;
 mod ping_policy;
+
+pub use limits::Limits;
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -37,6 +41,7 @@ pub struct App {
     pub rpc: crate::rpc::Rpc,
     pub upstream: Arc<Upstream>,
     pub metrics: Metrics,
+    pub limits: Limits,
 }
 
 /// What a listener serves.
@@ -80,13 +85,24 @@ pub async fn serve(
     let ping_min_time = (routes == Routes::All).then_some(config.client_ping_min_time);
     let mut connections = JoinSet::new();
     let connection_shutdown = shutdown.clone();
+    // Logged once each time the limit starts refusing, not per connection.
+    let mut refusing = false;
     loop {
         tokio::select! {
             _ = shutting_down(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
                 Ok((conn, peer)) => {
+                    let Some(slot) = app.limits.connection() else {
+                        if !std::mem::replace(&mut refusing, true) {
+                            tracing::warn!(%peer, "--max-client-connections are open: closing new connections until one ends");
+                        }
+                        drop(conn);
+                        continue;
+                    };
+                    refusing = false;
                     tracing::debug!(%peer, "client connected");
                     let serving = Serving {
+                        slot,
                         builder: builder.clone(),
                         app: app.clone(),
                         tls: tls.clone(),
@@ -112,6 +128,8 @@ pub async fn serve(
 
 /// What one connection is served with.
 struct Serving {
+    /// Held for as long as the connection lasts.
+    slot: limits::ConnectionSlot,
     builder: auto::Builder<TokioExecutor>,
     app: Arc<App>,
     tls: Option<Arc<ServerTls>>,
@@ -145,6 +163,7 @@ impl Serving {
         let service = hyper::service::service_fn(move |request| {
             Box::pin(handle(app.clone(), routes, request))
         });
+        let _slot = self.slot;
         let conn = ping_guard::PingGuard::new(conn, self.ping_min_time);
         let connection = self.builder.serve_connection(TokioIo::new(conn), service);
         tokio::pin!(connection);
@@ -232,12 +251,16 @@ async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
         .with_label_values(&labels.as_array())
         .inc();
     let started = Instant::now();
-    let mut response = app.rpc.serve(request).await;
+    let (mut response, call) = match app.limits.call() {
+        Ok(call) => (app.rpc.serve(request).await, Some(call)),
+        Err(refused) => (refused.into_http(), None),
+    };
     rewrite_frame_error(response.headers_mut());
     let early_code = status_code(response.headers());
     let (parts, body) = response.into_parts();
     let mut metered = MeteredBody {
         inner: body,
+        _call: call,
         record: Some(Record {
             metrics: app.metrics.clone(),
             labels,
@@ -336,6 +359,8 @@ struct Record {
 /// response), or `Canceled` if the client went away first.
 struct MeteredBody {
     inner: Body,
+    /// The call's place under `--max-client-calls`, released with the body.
+    _call: Option<tokio::sync::OwnedSemaphorePermit>,
     record: Option<Record>,
 }
 
