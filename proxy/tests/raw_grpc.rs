@@ -700,6 +700,7 @@ async fn oversized_requests_are_refused_by_their_length_prefix() {
         );
     }
     let grown_kib = peak(proxy.pid()).saturating_sub(before_kib);
+    eprintln!("peak RSS grew by {grown_kib} KiB while refusing 8 requests claiming 128 MiB");
     assert!(
         grown_kib < 16 * 1024,
         "peak RSS grew by {grown_kib} KiB while refusing 8 oversized requests"

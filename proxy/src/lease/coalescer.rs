@@ -334,6 +334,10 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
 }
 
 #[cfg(test)]
+#[path = "coalescer_fuzz.rs"]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proto::etcdserverpb::ResponseHeader;
