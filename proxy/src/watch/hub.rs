@@ -126,6 +126,9 @@ pub struct Hub {
     /// Streams that asked for progress, waiting for etcd's progress answer.
     progress_waiters: BTreeSet<StreamId>,
     progress_in_flight: bool,
+    /// The upstream watchers etcd had when the request in flight reached it: when all of them are gone, etcd may
+    /// never answer it.
+    progress_covers: BTreeSet<i64>,
     /// Whether the member behind answers a progress request on a stream without watchers (etcd before 3.5.8); the
     /// actor sets it from the member's version each time it opens an upstream stream.
     answers_idle_progress: bool,
@@ -158,6 +161,7 @@ impl Hub {
             latest_header: ResponseHeader::default(),
             progress_waiters: BTreeSet::new(),
             progress_in_flight: false,
+            progress_covers: BTreeSet::new(),
             answers_idle_progress: true,
             invalid_creates: VecDeque::new(),
             creates_in_flight: VecDeque::new(),
@@ -426,6 +430,7 @@ impl Hub {
         // Creates not sent yet go first: etcd from 3.5.8 never answers a progress request that reaches a stream
         // without watchers, which would leave this one (and every later one) unanswered.
         self.flush_creates();
+        self.progress_covers = self.swatchers.keys().copied().collect();
         self.outbox.push(WatchRequest {
             request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
         });
@@ -575,13 +580,54 @@ impl Hub {
                 }
             }
         }
+        let mut ask_again = false;
         for stream_id in std::mem::take(&mut self.progress_waiters) {
+            // etcd's answer covers the watchers it had when the request reached it. A client watcher whose upstream
+            // watcher was not created by then (created later, or moved after a compaction) may still be missing
+            // events up to this revision: its stream waits for the next answer, as it would wait on etcd.
+            if !self.covered_by_progress(stream_id) {
+                self.progress_waiters.insert(stream_id);
+                ask_again = true;
+                continue;
+            }
             let answer = WatchResponse {
                 header: response.header,
                 watch_id: -1,
                 ..Default::default()
             };
             self.send(stream_id, answer);
+        }
+        if ask_again {
+            self.probe();
+        }
+    }
+
+    /// Whether every watcher of the stream is on an upstream watcher etcd is running.
+    fn covered_by_progress(&self, stream_id: StreamId) -> bool {
+        self.streams.get(&stream_id).is_none_or(|stream| {
+            stream.watchers.values().all(|watcher| {
+                self.swatchers
+                    .get(&watcher.sw)
+                    .is_none_or(|sw| sw.phase == Phase::Running)
+            })
+        })
+    }
+
+    /// etcd from 3.5.8 drops a progress request that finds no watcher on its stream, and one that waits for a
+    /// watcher to catch up when that watcher goes. When every upstream watcher etcd had for the request in flight
+    /// has ended, that request may never be answered: stop waiting for it (a late answer is harmless), and ask
+    /// again for the streams waiting, once there is a watcher to answer for (a request that would find none would
+    /// be dropped too).
+    fn progress_may_be_dropped(&mut self) {
+        if !self.progress_in_flight
+            || self.answers_idle_progress
+            || !self.progress_covers.is_empty()
+        {
+            return;
+        }
+        self.progress_in_flight = false;
+        if !self.progress_waiters.is_empty() && !self.swatchers.is_empty() {
+            self.probe();
         }
     }
 
@@ -620,7 +666,21 @@ impl Hub {
         let Some(sw) = self.forget_s_watcher(sw_id, false) else {
             return;
         };
+        let range = (sw.key, sw.range_end);
         for (stream_id, watch_id) in sw.receivers {
+            // etcd cancels a watcher for compaction only while it still needs a compacted revision. A receiver
+            // already past the compaction (it joined with a later start, or the s-watcher resumed from an earlier
+            // receiver's revision) carries on from where it stands, as it would on etcd.
+            if response.compact_revision > 0
+                && !response.created
+                && let Some(watcher) = self.watcher_mut(stream_id, watch_id)
+                && watcher.created
+                && watcher.next_rev >= response.compact_revision
+            {
+                let from = watcher.next_rev;
+                self.resume_receiver(&range, (stream_id, watch_id), from);
+                continue;
+            }
             let Some(stream) = self.streams.get_mut(&stream_id) else {
                 continue;
             };
@@ -646,6 +706,48 @@ impl Hub {
                 ..Default::default()
             };
             self.finish_watcher(stream_id, watch_id, watcher.announced, reply);
+        }
+        self.progress_may_be_dropped();
+    }
+
+    /// Moves a created receiver onto an s-watcher of its range from revision `from`: one it can join, or a new one.
+    /// It hears nothing of the move (no second Created).
+    fn resume_receiver(
+        &mut self,
+        range: &(Vec<u8>, Vec<u8>),
+        receiver: (StreamId, i64),
+        from: i64,
+    ) {
+        let sw_id = match self.find_joinable(range, from) {
+            Some(sw_id) => sw_id,
+            None => {
+                let sw_id = self.next_sw_id;
+                self.next_sw_id += 1;
+                self.swatchers.insert(
+                    sw_id,
+                    SWatcher {
+                        key: range.0.clone(),
+                        range_end: range.1.clone(),
+                        start_rev: from,
+                        next_rev: from,
+                        phase: Phase::Unsent,
+                        private: false,
+                        refused_once: false,
+                        synced: false,
+                        receivers: BTreeSet::new(),
+                    },
+                );
+                self.ranges.entry(range.clone()).or_default().insert(sw_id);
+                sw_id
+            }
+        };
+        self.swatchers
+            .get_mut(&sw_id)
+            .expect("just found or made")
+            .receivers
+            .insert(receiver);
+        if let Some(watcher) = self.watcher_mut(receiver.0, receiver.1) {
+            watcher.sw = sw_id;
         }
     }
 
@@ -788,12 +890,15 @@ impl Hub {
 
     /// Forgets an s-watcher (cancelling it upstream if etcd knows it) and returns it.
     fn remove_s_watcher(&mut self, sw_id: i64) -> Option<SWatcher> {
-        self.forget_s_watcher(sw_id, true)
+        let removed = self.forget_s_watcher(sw_id, true);
+        self.progress_may_be_dropped();
+        removed
     }
 
     /// Forgets an s-watcher; `cancel_upstream` is false when etcd itself ended it.
     fn forget_s_watcher(&mut self, sw_id: i64, cancel_upstream: bool) -> Option<SWatcher> {
         let sw = self.swatchers.remove(&sw_id)?;
+        self.progress_covers.remove(&sw_id);
         let range = (sw.key.clone(), sw.range_end.clone());
         if let Some(ids) = self.ranges.get_mut(&range) {
             ids.remove(&sw_id);
