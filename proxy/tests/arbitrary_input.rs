@@ -6,7 +6,6 @@
 //! SECONDS` runs them again and again with new seeds for as long as it is given, and a failure prints its seed.
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 use prost::Message;
 use proto::etcdserverpb::{
@@ -18,37 +17,12 @@ use proxy::rpc::range_stream;
 use proxy::upstream::Retry;
 use proxy::wire;
 
-/// A runner from `FUZZ_SEED` (default 0) with `FUZZ_CASES` cases; a failure names the seed to rerun with.
-fn runner() -> (TestRunner, u64) {
-    let seed: u64 = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let cases = std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(256);
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    (
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)),
-        seed,
-    )
-}
-
+/// Arbitrary-input properties run 256 cases by default.
 fn check<S: Strategy>(strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
 where
     S::Value: std::fmt::Debug,
 {
-    let (mut runner, seed) = runner();
-    if let Err(failure) = runner.run(&strategy, test) {
-        panic!("{failure}\nrerun with FUZZ_SEED={seed}");
-    }
+    testkit::fuzz::check(256, strategy, test);
 }
 
 #[test]

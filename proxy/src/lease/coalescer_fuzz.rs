@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse, ResponseHeader};
+use testkit::fuzz::check;
 use tokio::sync::{Semaphore, mpsc};
 use tonic::Status;
 
@@ -33,37 +33,6 @@ const SLOTS: usize = 3;
 const LEASES: i64 = 4;
 /// Permits (and answer queue) of a client that reads after every step: far more than a case can use.
 const FAST_PERMITS: usize = 256;
-
-/// A runner from `FUZZ_SEED` (default 0) with `FUZZ_CASES` cases (default `default_cases`); a failure names the
-/// seed to rerun with. (The same as `watch/hub_fuzz.rs`'s, which is private to `watch`.)
-fn check<S: Strategy>(
-    default_cases: u32,
-    strategy: S,
-    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) where
-    S::Value: std::fmt::Debug,
-{
-    let seed: u64 = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let cases = std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_cases);
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
-    if let Err(failure) = runner.run(&strategy, test) {
-        panic!("{failure}\nrerun with FUZZ_SEED={seed} FUZZ_CASES={cases}");
-    }
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // The model etcd: its lease table on a clock the property moves, and the renewals the coalescer sent.

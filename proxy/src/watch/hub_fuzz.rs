@@ -10,11 +10,11 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use proto::etcdserverpb::watch_create_request::FilterType;
 use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::{ResponseHeader, WatchCreateRequest, WatchRequest, WatchResponse};
 use proto::mvccpb::{Event, KeyValue, event::EventType};
+use testkit::fuzz::check;
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -26,37 +26,6 @@ const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted"
 /// Responses a fast client may have unread: it reads after every step, so it never comes close.
 const FAST_BUFFER: usize = 1024;
 const CLUSTER: u64 = 77;
-
-/// A runner from `FUZZ_SEED` (default 0) with `FUZZ_CASES` cases (default `default_cases`); a failure names the
-/// seed to rerun with.
-pub(crate) fn check<S: Strategy>(
-    default_cases: u32,
-    strategy: S,
-    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) where
-    S::Value: std::fmt::Debug,
-{
-    let seed: u64 = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let cases = std::env::var("FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default_cases);
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
-    if let Err(failure) = runner.run(&strategy, test) {
-        panic!("{failure}\nrerun with FUZZ_SEED={seed} FUZZ_CASES={cases}");
-    }
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // The model etcd: a keyspace with its history, and one upstream Watch stream.
