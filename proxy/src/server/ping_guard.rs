@@ -308,6 +308,10 @@ mod tests {
         f
     }
 
+    fn too_many_pings(last_stream: u32) -> Vec<u8> {
+        frames::goaway(last_stream, frames::ENHANCE_YOUR_CALM, b"too_many_pings")
+    }
+
     fn ping() -> Vec<u8> {
         frame(frames::PING, 0, 0, &[0; 8])
     }
@@ -361,10 +365,7 @@ mod tests {
             client.write_all(&ping()).await.unwrap();
         }
         let received = read_to_end(&mut client).await;
-        assert_eq!(
-            received,
-            frames::goaway(1, frames::ENHANCE_YOUR_CALM, b"too_many_pings")
-        );
+        assert_eq!(received, too_many_pings(1));
         let seen = pump.await.unwrap();
         let all = [sent, ping(), ping(), ping(), ping()].concat();
         assert!(all.starts_with(&seen));
@@ -398,10 +399,7 @@ mod tests {
             tokio::time::sleep(MIN * 10).await;
         }
         let received = read_to_end(&mut client).await;
-        assert_eq!(
-            received,
-            frames::goaway(0, frames::ENHANCE_YOUR_CALM, b"too_many_pings")
-        );
+        assert_eq!(received, too_many_pings(0));
     }
 
     #[tokio::test(start_paused = true)]
@@ -420,10 +418,7 @@ mod tests {
             client.write_all(&ping()).await.unwrap();
             tokio::time::sleep(MIN * 2).await;
         }
-        assert_eq!(
-            read_to_end(&mut client).await,
-            frames::goaway(1, frames::ENHANCE_YOUR_CALM, b"too_many_pings")
-        );
+        assert_eq!(read_to_end(&mut client).await, too_many_pings(1));
     }
 
     #[tokio::test(start_paused = true)]
