@@ -137,6 +137,7 @@ impl BoundProxy {
         let serving = server::serve(main_port, app, &self.config, stop_rx);
         tokio::pin!(serving);
         tokio::select! {
+            biased;
             _ = &mut serving => {}
             _ = shutdown => {
                 tracing::info!("shutting down");

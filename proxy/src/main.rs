@@ -119,6 +119,7 @@ async fn shutdown_signal() {
         return std::future::pending().await;
     };
     tokio::select! {
+        biased;
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
     }

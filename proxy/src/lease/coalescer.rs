@@ -156,6 +156,9 @@ async fn serve_stream(
     let mut check = tokio::time::interval(HEALTH_CHECK_EVERY);
     loop {
         tokio::select! {
+            // A fixed order keeps a seeded run reproducible (tokio draws select!'s order from an unseeded RNG).
+            // Nothing starves: the check is ready twice a second, and answers come only for renewals sent.
+            biased;
             _ = check.tick() => {
                 if upstream.active().0 != index {
                     return StreamEnd::Moved;

@@ -88,8 +88,13 @@ pub async fn serve(
     // Logged once each time the limit starts refusing, not per connection.
     let mut refusing = false;
     loop {
+        // Every select! in the proxy polls in a fixed order: tokio draws the order from an unseeded RNG, which
+        // would make a seeded simulation differ from run to run when two branches are ready at once. Finished
+        // connections are reaped before new ones are taken (they are finitely many: nothing starves).
         tokio::select! {
+            biased;
             _ = shutting_down(&mut shutdown) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((conn, peer)) => {
                     let Some(slot) = app.limits.connection() else {
@@ -119,7 +124,6 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
     drop(listener);
@@ -145,6 +149,7 @@ impl Serving {
         let conn = match &self.tls {
             // A handshake still running at shutdown is dropped: it has no calls to finish.
             Some(tls) => tokio::select! {
+                biased;
                 accepted = tls.accept(conn) => match accepted {
                     Ok(conn) => conn,
                     Err(err) => {
@@ -167,7 +172,9 @@ impl Serving {
         let conn = ping_guard::PingGuard::new(conn, self.ping_min_time);
         let connection = self.builder.serve_connection(TokioIo::new(conn), service);
         tokio::pin!(connection);
+        // A connection that has ended at shutdown needs no graceful end (which would send it a GOAWAY).
         tokio::select! {
+            biased;
             result = connection.as_mut() => {
                 if let Err(err) = result {
                     tracing::debug!(%err, "client connection ended with an error");

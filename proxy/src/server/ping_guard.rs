@@ -333,6 +333,7 @@ mod tests {
             let mut buf = [0u8; 4096];
             loop {
                 tokio::select! {
+                    biased;
                     n = guard.read(&mut buf) => match n {
                         Ok(0) | Err(_) => return seen,
                         Ok(n) => seen.extend_from_slice(&buf[..n]),

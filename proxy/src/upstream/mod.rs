@@ -257,9 +257,10 @@ impl Upstream {
         let mut shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                // A probe must not outlive the proxy.
+                // A probe must not outlive the proxy (and a fixed order keeps seeded runs reproducible).
+                biased;
                 _ = shutting_down(&mut shutdown) => return,
+                _ = tokio::time::sleep(backoff) => {}
             }
             let mut client = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
                 member.channel.clone(),

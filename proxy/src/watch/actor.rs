@@ -3,7 +3,9 @@
 //! answers (a progress request after a quiet period) so that a hung member is noticed.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -268,41 +270,13 @@ impl Actor {
         let mut last_heard = Instant::now();
         let mut probe_sent: Option<Instant> = None;
         let mut creates = AnswerDeadline::default();
+        // Client commands and upstream responses take turns when both are ready (see `next_woke`).
+        let mut commands_first = true;
         loop {
             tokio::select! {
-                opened = &mut opening, if responses.is_none() => match opened {
-                    Ok(response) => responses = Some(response.into_inner()),
-                    Err(status) => return StreamEnd::Failed(status),
-                },
-                next = async { responses.as_mut().expect("guarded").next().await }, if responses.is_some() => {
-                    match next {
-                        Some(Ok(response)) => {
-                            last_heard = Instant::now();
-                            probe_sent = None;
-                            self.hub.upstream_response(response);
-                            if self.hub.take_token_refused() {
-                                return StreamEnd::TokenRefused;
-                            }
-                            self.flush(&tx);
-                        }
-                        Some(Err(status)) => return StreamEnd::Failed(status),
-                        None => return StreamEnd::Failed(Status::unavailable("upstream watch stream ended")),
-                    }
-                }
-                command = self.commands.recv() => {
-                    let Some(command) = command else { return StreamEnd::Finished };
-                    self.apply(command);
-                    for _ in 1..DRAIN_BATCH {
-                        match self.commands.try_recv() {
-                            Ok(command) => self.apply(command),
-                            Err(_) => break,
-                        }
-                    }
-                    self.flush(&tx);
-                    if !self.hub.needs_upstream() {
-                        return StreamEnd::Idle;
-                    }
-                }
+                // A fixed order: tokio draws select!'s order from an unseeded RNG, which would make a seeded
+                // simulation differ from run to run. The check is ready twice a second; it starves nothing.
+                biased;
                 _ = check.tick() => {
                     if self.upstream.active().0 != index {
                         return StreamEnd::Moved;
@@ -319,9 +293,72 @@ impl Actor {
                         self.flush(&tx);
                     }
                 }
+                opened = &mut opening, if responses.is_none() => match opened {
+                    Ok(response) => responses = Some(response.into_inner()),
+                    Err(status) => return StreamEnd::Failed(status),
+                },
+                woke = next_woke(&mut self.commands, responses.as_mut(), &mut commands_first) => match woke {
+                    Woke::Response(Some(Ok(response))) => {
+                        last_heard = Instant::now();
+                        probe_sent = None;
+                        self.hub.upstream_response(response);
+                        if self.hub.take_token_refused() {
+                            return StreamEnd::TokenRefused;
+                        }
+                        self.flush(&tx);
+                    }
+                    Woke::Response(Some(Err(status))) => return StreamEnd::Failed(status),
+                    Woke::Response(None) => return StreamEnd::Failed(Status::unavailable("upstream watch stream ended")),
+                    Woke::Command(None) => return StreamEnd::Finished,
+                    Woke::Command(Some(command)) => {
+                        self.apply(command);
+                        for _ in 1..DRAIN_BATCH {
+                            match self.commands.try_recv() {
+                                Ok(command) => self.apply(command),
+                                Err(_) => break,
+                            }
+                        }
+                        self.flush(&tx);
+                        if !self.hub.needs_upstream() {
+                            return StreamEnd::Idle;
+                        }
+                    }
+                },
             }
         }
     }
+}
+
+/// What woke the actor.
+enum Woke {
+    Command(Option<Command>),
+    Response(Option<Result<WatchResponse, Status>>),
+}
+
+/// The next client command or upstream response, whichever is ready; when both are, they take turns, so that
+/// neither a flood of client commands nor a steady stream of events starves the other, in the same order every run.
+fn next_woke<'a>(
+    commands: &'a mut mpsc::UnboundedReceiver<Command>,
+    mut responses: Option<&'a mut Streaming<WatchResponse>>,
+    commands_first: &'a mut bool,
+) -> impl Future<Output = Woke> + 'a {
+    std::future::poll_fn(move |cx| {
+        let first = *commands_first;
+        for commands_turn in [first, !first] {
+            if commands_turn {
+                if let Poll::Ready(command) = commands.poll_recv(cx) {
+                    *commands_first = false;
+                    return Poll::Ready(Woke::Command(command));
+                }
+            } else if let Some(responses) = responses.as_mut()
+                && let Poll::Ready(next) = responses.poll_next_unpin(cx)
+            {
+                *commands_first = true;
+                return Poll::Ready(Woke::Response(next));
+            }
+        }
+        Poll::Pending
+    })
 }
 
 /// Notices creates etcd leaves unanswered: fed, on every check, the count of creates answered so far (`None` when
