@@ -582,10 +582,11 @@ impl Hub {
         }
         let mut ask_again = false;
         for stream_id in std::mem::take(&mut self.progress_waiters) {
-            // etcd's answer covers the watchers it had when the request reached it. A client watcher whose upstream
-            // watcher was not created by then (created later, or moved after a compaction) may still be missing
-            // events up to this revision: its stream waits for the next answer, as it would wait on etcd.
-            if !self.covered_by_progress(stream_id) {
+            // From 3.5.8, etcd's answer covers the watchers it had when the request reached it. A client watcher
+            // whose upstream watcher was not created by then (created later, or moved after a compaction) may still
+            // be missing events up to this revision: its stream waits for the next answer, as it would wait on
+            // etcd. An older etcd answers at once whatever its watchers have sent, and so does the proxy then.
+            if !self.answers_idle_progress && !self.covered_by_progress(stream_id) {
                 self.progress_waiters.insert(stream_id);
                 ask_again = true;
                 continue;
