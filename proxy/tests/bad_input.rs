@@ -71,7 +71,7 @@ async fn malformed_endpoints_are_rejected_with_the_endpoint_named() {
 async fn unsupported_flags_are_rejected_as_not_supported() {
     let dead = dead_endpoint();
     for flag in [
-        "--grpc-keepalive-min-time=1s",
+        "--endpoints-auto-sync-interval=1s",
         "--advertise-client-url=127.0.0.1:1",
         "--resolver-prefix=/p",
     ] {
