@@ -26,7 +26,7 @@ use tonic::{Request, Status, Streaming};
 
 use crate::error;
 use crate::metrics::Metrics;
-use crate::upstream::{NO_LEADER, Upstream};
+use crate::upstream::{Active, NO_LEADER, Upstream};
 
 /// One client request waiting for its answer.
 pub struct Waiter {
@@ -84,25 +84,19 @@ pub async fn run(upstream: Arc<Upstream>, metrics: Metrics, mut requests: mpsc::
             };
             queue(&mut leases, first);
         }
-        let (index, channel) = upstream.active();
-        let outcome = serve_stream(
-            &upstream,
-            &metrics,
-            index,
-            channel,
-            &mut leases,
-            &mut requests,
-        )
-        .await;
+        let pick = upstream.serving().await;
+        let outcome = serve_stream(&upstream, &metrics, &pick, &mut leases, &mut requests).await;
         match outcome {
             StreamEnd::ClientsGone => return,
             StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
             StreamEnd::Failed(status) => {
-                if error::is_endpoint_failure(&status) {
-                    upstream.report_failure(index);
-                    if status.message() == NO_LEADER {
-                        fail_leader_requirers(&mut leases, &status);
-                    }
+                if status.message() == NO_LEADER {
+                    // The member answers, without a leader: another member may have one (during an election,
+                    // none has, and nothing moves).
+                    upstream.seek_leader(&pick);
+                    fail_leader_requirers(&mut leases, &status);
+                } else if error::is_endpoint_failure(&status) {
+                    upstream.report_failure(&pick);
                 } else {
                     // An answer from etcd ending the stream (not an endpoint failure): every unanswered request
                     // gets it, as it would on a direct stream.
@@ -132,8 +126,7 @@ enum StreamEnd {
 async fn serve_stream(
     upstream: &Arc<Upstream>,
     metrics: &Metrics,
-    index: usize,
-    channel: tonic::transport::Channel,
+    pick: &Active,
     leases: &mut BTreeMap<i64, LeaseRenewals>,
     requests: &mut mpsc::Receiver<Renew>,
 ) -> StreamEnd {
@@ -144,7 +137,8 @@ async fn serve_stream(
         "hasleader",
         tonic::metadata::MetadataValue::from_static("true"),
     );
-    let mut client = LeaseClient::new(channel).max_decoding_message_size(upstream.max_recv_bytes);
+    let mut client =
+        LeaseClient::new(pick.channel.clone()).max_decoding_message_size(upstream.max_recv_bytes);
     send_queued(leases, &tx, metrics);
     let opening = client.lease_keep_alive(request);
     tokio::pin!(opening);
@@ -160,7 +154,7 @@ async fn serve_stream(
             // Nothing starves: the check is ready twice a second, and answers come only for renewals sent.
             biased;
             _ = check.tick() => {
-                if upstream.active().0 != index {
+                if upstream.moved_from(pick) {
                     return StreamEnd::Moved;
                 }
                 if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {

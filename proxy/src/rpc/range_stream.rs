@@ -33,7 +33,7 @@ pub async fn serve(
     if let Ok(range) = &range {
         check(range)?;
     }
-    let (index, _) = upstream.active();
+    let index = upstream.active().index;
     if !upstream.lacks_range_stream(index) {
         let relayed = upstream
             .server_stream(

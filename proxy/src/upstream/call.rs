@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -19,8 +20,20 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::codec::RawCodec;
-use super::{DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
+use super::{Active, DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
 use crate::error;
+
+/// The least a read waits for its endpoint before it is sent to another one as well, however fast reads usually
+/// are: below this, ordinary scheduling delays would double the reads etcd serves.
+pub const HEDGE_DELAY_MIN: Duration = Duration::from_millis(50);
+
+/// The most a read waits for its endpoint before it is sent to another one as well, however slow reads usually
+/// are: a read that etcd takes longer to serve costs a second member that read.
+pub const HEDGE_DELAY_MAX: Duration = Duration::from_millis(500);
+
+/// etcd's answer when a request may or may not have been applied (`ErrTimeoutDueToConnectionLost`): a write that
+/// was waiting on an endpoint the proxy has left gets it.
+pub const OUTCOME_UNKNOWN: &str = "etcdserver: request timed out, possibly due to connection lost";
 
 /// Whether a call may be repeated on another endpoint after an endpoint failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,13 +71,13 @@ impl Upstream {
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Response<BoxStream<Bytes>>, Status> {
-        let (index, response) = self
+        let (pick, response) = self
             .with_retries(Retry::ReadOnly, request, |mut grpc, request| {
                 let path = path.clone();
                 async move { grpc.server_streaming(request, path, RawCodec).await }
             })
             .await?;
-        Ok(Response::new(self.relay(index, response)))
+        Ok(Response::new(self.relay(pick, response)))
     }
 
     /// The proxy's own unary call (a permission check, a Status): the same path as a client's, with the messages
@@ -114,7 +127,7 @@ impl Upstream {
     /// Handles one failed attempt: returns the status for the client if the call must not be repeated.
     async fn after_failure(
         self: &Arc<Self>,
-        index: usize,
+        pick: &Active,
         status: Status,
         retry: Retry,
         deadline: Instant,
@@ -123,7 +136,7 @@ impl Upstream {
         if !error::is_endpoint_failure(&status) {
             return Err(error::to_client(status));
         }
-        self.report_failure(index);
+        self.report_failure(pick);
         let repeatable = retry == Retry::ReadOnly || error::never_sent(&status);
         if !repeatable || Instant::now() >= deadline {
             return Err(error::to_client(status));
@@ -145,7 +158,7 @@ impl Upstream {
         retry: Retry,
         request: Request<Bytes>,
         call: F,
-    ) -> Result<(usize, Resp), Status>
+    ) -> Result<(Active, Resp), Status>
     where
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
@@ -156,59 +169,142 @@ impl Upstream {
         let deadline = forwarded
             .deadline
             .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
+        let attempt_on = |pick: Active| self.attempt(pick, &forwarded, &message, &call);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (index, channel) = self.active();
-            let answer = match self.client(channel).await {
-                Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
-                Err(status) => Err(status),
+            let pick = self.serving().await;
+            let (pick, answer) = match retry {
+                Retry::ReadOnly => self.hedged(pick, attempt_on).await,
+                Retry::Write => self.unless_abandoned(pick, attempt_on).await,
             };
             match answer {
-                Ok(response) => return Ok((index, response.into_inner())),
+                Ok(response) => return Ok((pick, response.into_inner())),
                 Err(status) if forwarded.requires_leader() && status.message() == NO_LEADER => {
-                    self.report_failure(index);
                     return self
-                        .ask_others_for_leader(index, retry, &forwarded, &message, &call, status)
+                        .ask_others_for_leader(&pick, retry, &forwarded, &message, &call, status)
                         .await;
                 }
                 Err(status) => {
-                    self.after_failure(index, status, retry, deadline, attempt)
+                    self.after_failure(&pick, status, retry, deadline, attempt)
                         .await?
                 }
             }
         }
     }
 
-    /// A call that requires a leader was refused by endpoint `refused` because its member has none. etcd refused
-    /// it before doing anything, so it may go to another member even if it writes. Each other endpoint is asked
-    /// once, since another member may have a leader (the refusing one may be cut off from the majority). When none
-    /// can serve, the client gets etcd's "no leader" answer, as it would from its member directly, and at once
-    /// rather than after the whole retry window.
+    /// One attempt of a call on `pick`'s endpoint.
+    async fn attempt<Resp, F, Fut>(
+        &self,
+        pick: Active,
+        forwarded: &Forwarded,
+        message: &Bytes,
+        call: &F,
+    ) -> (Active, Result<Response<Resp>, Status>)
+    where
+        F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let answer = match self.client(pick.channel.clone()).await {
+            Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
+            Err(status) => Err(status),
+        };
+        (pick, answer)
+    }
+
+    /// An attempt on the active endpoint `pick` that ends, if the proxy leaves that endpoint while it waits (the
+    /// endpoint failed or hung), with etcd's "outcome unknown" answer: the request may have reached etcd, so it is
+    /// not repeated, and waiting on until the client's deadline would tell the client nothing more.
+    async fn unless_abandoned<Resp, A, Fut>(
+        &self,
+        pick: Active,
+        attempt_on: A,
+    ) -> (Active, Result<Response<Resp>, Status>)
+    where
+        A: Fn(Active) -> Fut,
+        Fut: Future<Output = (Active, Result<Response<Resp>, Status>)>,
+    {
+        tokio::select! {
+            biased;
+            answered = attempt_on(pick.clone()) => answered,
+            () = self.abandoned(&pick) => (pick, Err(Status::unavailable(OUTCOME_UNKNOWN))),
+        }
+    }
+
+    /// A read on the active endpoint `pick`, sent to another endpoint as well if it is not answered within the
+    /// usual answer time (learnt from earlier reads): a hung member costs a read that delay, not the client's
+    /// deadline. The first answer wins; the other attempt is dropped, which cancels it. An attempt that fails
+    /// because its endpoint cannot serve leaves the field to the other.
+    async fn hedged<Resp, A, Fut>(
+        &self,
+        pick: Active,
+        attempt_on: A,
+    ) -> (Active, Result<Response<Resp>, Status>)
+    where
+        A: Fn(Active) -> Fut,
+        Fut: Future<Output = (Active, Result<Response<Resp>, Status>)>,
+    {
+        let started = Instant::now();
+        let delay = self.read_latency.bound(HEDGE_DELAY_MIN, HEDGE_DELAY_MAX);
+        let first = self.unless_abandoned(pick.clone(), &attempt_on);
+        tokio::pin!(first);
+        let waited = tokio::select! {
+            biased;
+            answered = &mut first => Some(answered),
+            () = tokio::time::sleep(delay) => None,
+        };
+        let answered = match waited {
+            Some(answered) => answered,
+            None => match self.random_up_other(pick.index) {
+                None => first.await,
+                Some(other) => {
+                    tracing::debug!(
+                        ?delay,
+                        "read not answered in its usual time; asking another endpoint too"
+                    );
+                    let second = attempt_on(self.member(other));
+                    tokio::pin!(second);
+                    first_useful(first, second).await
+                }
+            },
+        };
+        if answered.1.is_ok() {
+            self.read_latency.observe(started.elapsed());
+        }
+        answered
+    }
+
+    /// A call that requires a leader was refused by `refused`'s member because it has none. etcd refused it before
+    /// doing anything, so it may go to another member even if it writes. Each other endpoint is asked once, since
+    /// another member may have a leader (the refusing one may be cut off from the majority); one that serves it
+    /// becomes the active endpoint. When none can serve, the client gets etcd's "no leader" answer, as it would
+    /// from its member directly, and at once rather than after the whole retry window. A "no leader" answer marks
+    /// no endpoint down: during an election every member gives it.
     async fn ask_others_for_leader<Resp, F, Fut>(
         self: &Arc<Self>,
-        refused: usize,
+        refused: &Active,
         retry: Retry,
         forwarded: &Forwarded,
         message: &Bytes,
         call: &F,
         no_leader: Status,
-    ) -> Result<(usize, Resp), Status>
+    ) -> Result<(Active, Resp), Status>
     where
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
-        for index in (0..self.len()).filter(|&i| i != refused) {
-            let channel = self.members[index].channel.clone();
-            let answer = match self.client(channel).await {
-                Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
-                Err(status) => Err(status),
-            };
+        for index in (0..self.len()).filter(|&i| i != refused.index) {
+            let (pick, answer) = self
+                .attempt(self.member(index), forwarded, message, call)
+                .await;
             match answer {
-                Ok(response) => return Ok((index, response.into_inner())),
-                Err(status) if status.message() == NO_LEADER => self.report_failure(index),
+                Ok(response) => {
+                    self.seek_leader(refused);
+                    return Ok((pick, response.into_inner()));
+                }
+                Err(status) if status.message() == NO_LEADER => {}
                 Err(status) if error::is_endpoint_failure(&status) => {
-                    self.report_failure(index);
+                    self.report_failure(&pick);
                     if retry == Retry::Write && !error::never_sent(&status) {
                         // The write may have been applied: its outcome is unknown, as etcd's client reports it.
                         return Err(error::to_client(status));
@@ -225,12 +321,12 @@ impl Upstream {
     /// with Unavailable, when the proxy shuts down.
     fn relay<Resp: Send + 'static>(
         self: &Arc<Self>,
-        index: usize,
+        pick: Active,
         upstream: Streaming<Resp>,
     ) -> BoxStream<Resp> {
         let state = Relay {
             upstream: self.clone(),
-            index,
+            pick,
             stream: upstream,
             shutdown: self.shutdown.clone(),
             done: false,
@@ -244,7 +340,7 @@ impl Upstream {
 
 struct Relay<Resp> {
     upstream: Arc<Upstream>,
-    index: usize,
+    pick: Active,
     stream: Streaming<Resp>,
     shutdown: watch::Receiver<bool>,
     done: bool,
@@ -260,7 +356,7 @@ impl<Resp> Relay<Resp> {
             _ = super::shutting_down(&mut self.shutdown) => Some(Err(Status::unavailable("etcd-grpc-proxy: shutting down"))),
             item = self.stream.next() => match item {
                 Some(Err(status)) if error::is_endpoint_failure(&status) => {
-                    self.upstream.report_failure(self.index);
+                    self.upstream.report_failure(&self.pick);
                     Some(Err(Status::unavailable(format!(
                         "etcd-grpc-proxy: upstream stream failed: {}",
                         status.message()
@@ -273,4 +369,30 @@ impl<Resp> Relay<Resp> {
         self.done = !matches!(item, Some(Ok(_)));
         item
     }
+}
+
+/// The first of two attempts to give an answer that is not its endpoint's failure; if both fail, the second
+/// failure.
+async fn first_useful<Resp, A, B>(
+    first: Pin<&mut A>,
+    second: Pin<&mut B>,
+) -> (Active, Result<Response<Resp>, Status>)
+where
+    A: Future<Output = (Active, Result<Response<Resp>, Status>)>,
+    B: Future<Output = (Active, Result<Response<Resp>, Status>)>,
+{
+    let useful = |answer: &(Active, Result<Response<Resp>, Status>)| match &answer.1 {
+        Ok(_) => true,
+        Err(status) => !error::is_endpoint_failure(status),
+    };
+    let (mut first, mut second) = (first, second);
+    let (first_done, other) = tokio::select! {
+        biased;
+        answer = &mut first => (answer, true),
+        answer = &mut second => (answer, false),
+    };
+    if useful(&first_done) {
+        return first_done;
+    }
+    if other { second.await } else { first.await }
 }

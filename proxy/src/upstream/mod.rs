@@ -2,16 +2,26 @@
 //! probing of failed endpoints, and the retry policy of unary and streaming calls.
 //!
 //! One endpoint is active at a time (chosen at random from the seeded RNG at start). It serves every request until
-//! a call on it fails in a way that says the endpoint cannot serve; then the proxy moves to another endpoint that
-//! is believed up, and a probe task brings the failed one back when it answers again.
+//! it is found unable to serve: a call on it fails in a way that says so, or the heartbeat finds it hung or without
+//! a leader. Its replacement is the first member to answer Status with a leader; a probe task brings the failed
+//! one back when it answers again. Reads that wait longer than usual are sent to a second member as well.
+//!
+//! - [`call`]: unary and server-stream calls with the retry policy and hedged reads.
+//! - [`choose`]: choosing the next active endpoint.
+//! - [`heartbeat`]: noticing a hung or leaderless active member.
+//! - [`latency`]: the learnt answer times behind the heartbeat's and the hedge's bounds.
+//! - [`forward`], [`codec`], [`outbound`], [`identity`]: what a call carries upstream.
 
 mod call;
+mod choose;
 pub mod codec;
 mod forward;
+mod heartbeat;
 pub mod identity;
+mod latency;
 pub mod outbound;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,8 +30,12 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint as TonicEndpoint};
 
-pub use call::{BoxStream, Retry};
+pub use call::{BoxStream, HEDGE_DELAY_MAX, OUTCOME_UNKNOWN, Retry};
+pub use choose::CHOOSE_WAIT;
+use choose::Health;
 pub use forward::Forwarded;
+pub use heartbeat::{HANG_BOUND_MAX, HEARTBEAT_INTERVAL, replacement_bound};
+use latency::LatencyEstimate;
 
 use crate::config::{Config, Endpoint};
 use crate::metrics::Metrics;
@@ -55,10 +69,30 @@ struct Member {
     lacks_range_stream: AtomicBool,
 }
 
+/// Which endpoint serves, and since when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ActiveState {
+    index: usize,
+    /// Counts the changes of the active endpoint: a failure seen by a call that started before the last change
+    /// says nothing about the endpoint serving now.
+    epoch: u64,
+    /// A replacement is being chosen; calls wait for it (at most [`CHOOSE_WAIT`]) rather than go to the endpoint
+    /// being left.
+    choosing: bool,
+}
+
+/// The endpoint a call was made on: compare it with the active one to tell whether the endpoint changed since.
+#[derive(Clone, Debug)]
+pub struct Active {
+    pub index: usize,
+    epoch: u64,
+    pub channel: Channel,
+}
+
 /// The etcd endpoints and which one serves.
 pub struct Upstream {
     members: Vec<Member>,
-    active: AtomicUsize,
+    active: watch::Sender<ActiveState>,
     rng: Mutex<StdRng>,
     metrics: Metrics,
     /// Largest message the proxy sends to etcd.
@@ -66,12 +100,17 @@ pub struct Upstream {
     /// Largest message the proxy accepts from etcd.
     pub max_recv_bytes: usize,
     dial_timeout: Duration,
+    /// How long the members take to answer Status: the heartbeat's measure of a hung member.
+    status_latency: LatencyEstimate,
+    /// How long reads take to be answered: the measure for hedging them.
+    read_latency: LatencyEstimate,
     /// Becomes true when the proxy shuts down; running streams end then.
     shutdown: watch::Receiver<bool>,
 }
 
 impl Upstream {
-    /// Builds one lazily connected channel per endpoint and picks the first active endpoint at random.
+    /// Builds one lazily connected channel per endpoint, picks the first active endpoint at random, and starts the
+    /// heartbeat that watches it.
     pub fn new(
         config: &Config,
         net: Arc<dyn Net>,
@@ -108,22 +147,73 @@ impl Upstream {
                 .set(i64::from(index == active));
         }
         tracing::info!(endpoint = %members[active].endpoint, "active etcd endpoint chosen");
-        Arc::new(Self {
+        let upstream = Arc::new(Self {
             members,
-            active: AtomicUsize::new(active),
+            active: watch::Sender::new(ActiveState {
+                index: active,
+                epoch: 0,
+                choosing: false,
+            }),
             rng: Mutex::new(rng),
             metrics,
             max_send_bytes: config.max_send_bytes,
             max_recv_bytes: config.max_recv_bytes,
             dial_timeout: config.dial_timeout,
+            status_latency: LatencyEstimate::default(),
+            read_latency: LatencyEstimate::default(),
             shutdown,
-        })
+        });
+        if upstream.len() > 1 {
+            tokio::spawn(upstream.clone().heartbeat());
+        }
+        upstream
     }
 
-    /// The active endpoint's index and channel.
-    pub fn active(&self) -> (usize, Channel) {
-        let index = self.active.load(Ordering::Acquire);
-        (index, self.members[index].channel.clone())
+    /// The active endpoint now, even while its replacement is being chosen.
+    pub fn active(&self) -> Active {
+        let state = *self.active.borrow();
+        self.pick(state)
+    }
+
+    /// The endpoint to use for a new call: the active one once no replacement is being chosen (waiting at most
+    /// [`CHOOSE_WAIT`] for the choice, so a call never goes to the endpoint just found failed when a better one is
+    /// moments away).
+    pub async fn serving(&self) -> Active {
+        let mut changes = self.active.subscribe();
+        let settled = tokio::time::timeout(CHOOSE_WAIT, changes.wait_for(|s| !s.choosing)).await;
+        drop(settled);
+        self.active()
+    }
+
+    /// Whether `pick` is no longer the active endpoint.
+    pub fn moved_from(&self, pick: &Active) -> bool {
+        self.active.borrow().index != pick.index
+    }
+
+    /// Completes when the active endpoint is no longer `pick`'s.
+    async fn abandoned(&self, pick: &Active) {
+        let mut changes = self.active.subscribe();
+        if changes.wait_for(|s| s.index != pick.index).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn pick(&self, state: ActiveState) -> Active {
+        Active {
+            index: state.index,
+            epoch: state.epoch,
+            channel: self.members[state.index].channel.clone(),
+        }
+    }
+
+    /// Endpoint `index` as a pick of its own (a hedge, or a member asked besides the active one): a failure on
+    /// it never replaces the active endpoint.
+    fn member(&self, index: usize) -> Active {
+        Active {
+            index,
+            epoch: u64::MAX,
+            channel: self.members[index].channel.clone(),
+        }
     }
 
     /// Whether endpoint `index` is known not to serve RangeStream (see [`Upstream::note_lacks_range_stream`]).
@@ -199,9 +289,41 @@ impl Upstream {
             .map(tonic::Response::into_inner)
     }
 
-    /// Records that a call on endpoint `index` failed because the endpoint cannot serve: marks it down, starts
-    /// probing it, and if it was active, moves to another endpoint.
-    pub fn report_failure(self: &Arc<Self>, index: usize) {
+    /// Records that a call on `pick` failed because its endpoint cannot serve: marks the endpoint down, starts
+    /// probing it, and if it is still the active one, chooses another. A failure seen by a call that started
+    /// before the active endpoint last changed does not move it again.
+    pub fn report_failure(self: &Arc<Self>, pick: &Active) {
+        self.mark_down(pick.index);
+        self.replace(pick, Replace::Failed);
+    }
+
+    /// The member behind `pick` answers but has no leader: if another member has one, it becomes active. During
+    /// an election no member has one, and nothing changes (no endpoint is marked down, no stream moves).
+    pub fn seek_leader(self: &Arc<Self>, pick: &Active) {
+        self.replace(pick, Replace::Leaderless);
+    }
+
+    /// Starts choosing a replacement for `pick`, unless it is no longer active or a choice is under way.
+    fn replace(self: &Arc<Self>, pick: &Active, why: Replace) {
+        if self.members.len() < 2 {
+            return;
+        }
+        let claimed = self.active.send_if_modified(|state| {
+            let current = state.index == pick.index && state.epoch == pick.epoch;
+            if current && !state.choosing {
+                state.choosing = true;
+                true
+            } else {
+                false
+            }
+        });
+        if claimed {
+            tokio::spawn(self.clone().choose_replacement(pick.index, why));
+        }
+    }
+
+    /// Marks endpoint `index` down and starts probing it.
+    fn mark_down(self: &Arc<Self>, index: usize) {
         let member = &self.members[index];
         if member.up.swap(false, Ordering::AcqRel) {
             tracing::warn!(endpoint = %member.endpoint, "etcd endpoint failed");
@@ -213,44 +335,56 @@ impl Upstream {
         if !member.probing.swap(true, Ordering::AcqRel) {
             tokio::spawn(self.clone().probe(index));
         }
-        if self.members.len() > 1 {
-            let next = self.pick_replacement(index);
-            if self
-                .active
-                .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                self.metrics.upstream_failovers.inc();
-                self.metrics
-                    .upstream_active
-                    .with_label_values(&[member.endpoint.authority()])
-                    .set(0);
-                let replacement = &self.members[next].endpoint;
-                self.metrics
-                    .upstream_active
-                    .with_label_values(&[replacement.authority()])
-                    .set(1);
-                tracing::warn!(from = %member.endpoint, to = %replacement, "failing over to another etcd endpoint");
+    }
+
+    /// Makes endpoint `next` active in place of `from`, ending the choice.
+    fn move_to(&self, from: usize, next: Option<usize>) {
+        self.active.send_modify(|state| {
+            state.choosing = false;
+            if let Some(next) = next.filter(|&next| next != state.index) {
+                state.index = next;
+                state.epoch += 1;
             }
-        }
+        });
+        let Some(next) = next.filter(|&next| next != from) else {
+            return;
+        };
+        let (old, new) = (&self.members[from].endpoint, &self.members[next].endpoint);
+        self.metrics.upstream_failovers.inc();
+        self.metrics
+            .upstream_active
+            .with_label_values(&[old.authority()])
+            .set(0);
+        self.metrics
+            .upstream_active
+            .with_label_values(&[new.authority()])
+            .set(1);
+        tracing::warn!(from = %old, to = %new, "failing over to another etcd endpoint");
     }
 
     /// A random endpoint believed up other than `failed`; if none is up, the next one in order.
-    fn pick_replacement(&self, failed: usize) -> usize {
+    fn random_other(&self, failed: usize) -> usize {
+        self.random_up_other(failed)
+            .unwrap_or((failed + 1) % self.members.len())
+    }
+
+    /// A random endpoint believed up other than `excluded`.
+    fn random_up_other(&self, excluded: usize) -> Option<usize> {
         let candidates: Vec<usize> = (0..self.members.len())
-            .filter(|&i| i != failed && self.members[i].up.load(Ordering::Acquire))
+            .filter(|&i| i != excluded && self.members[i].up.load(Ordering::Acquire))
             .collect();
         if candidates.is_empty() {
-            return (failed + 1) % self.members.len();
+            return None;
         }
         let mut rng = self
             .rng
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        candidates[rng.random_range(0..candidates.len())]
+        Some(candidates[rng.random_range(0..candidates.len())])
     }
 
-    /// Asks a failed endpoint for its status with growing pauses until it answers, then marks it up again.
+    /// Asks a failed endpoint for its status with growing pauses until it answers with a leader, then marks it
+    /// up again.
     async fn probe(self: Arc<Self>, index: usize) {
         let member = &self.members[index];
         let mut backoff = PROBE_BACKOFF_START;
@@ -262,20 +396,7 @@ impl Upstream {
                 _ = shutting_down(&mut shutdown) => return,
                 _ = tokio::time::sleep(backoff) => {}
             }
-            let mut client = proto::etcdserverpb::maintenance_client::MaintenanceClient::new(
-                member.channel.clone(),
-            );
-            let answered = match tokio::time::timeout(
-                self.dial_timeout,
-                client.status(proto::etcdserverpb::StatusRequest {}),
-            )
-            .await
-            {
-                Ok(Ok(_)) => true,
-                Ok(Err(status)) => !crate::error::is_endpoint_failure(&status),
-                Err(_elapsed) => false,
-            };
-            if answered {
+            if self.member_status(index, self.dial_timeout).await == Health::Leader {
                 member.lacks_range_stream.store(false, Ordering::Release);
                 member.up.store(true, Ordering::Release);
                 member.probing.store(false, Ordering::Release);
@@ -289,6 +410,15 @@ impl Upstream {
             backoff = (backoff * 2).min(PROBE_BACKOFF_MAX);
         }
     }
+}
+
+/// Why the active endpoint is being replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Replace {
+    /// It failed (a broken connection, no answer in time): any member that answers is better.
+    Failed,
+    /// It answers without a leader: only a member with a leader is better.
+    Leaderless,
 }
 
 /// Paths of the calls the proxy makes itself.

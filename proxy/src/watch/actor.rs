@@ -19,8 +19,8 @@ use tonic::{Request, Status, Streaming};
 
 use super::hub::{Hub, StreamId, StreamSink};
 use crate::error;
-use crate::upstream::Upstream;
 use crate::upstream::identity::Identity;
+use crate::upstream::{Active, Upstream};
 
 /// What client streams ask of their hub.
 pub enum Command {
@@ -128,8 +128,8 @@ impl Actor {
             if !self.version_known {
                 self.learn_version(token.as_deref()).await;
             }
-            let (index, channel) = self.upstream.active();
-            match self.serve_stream(channel, index, token.as_deref()).await {
+            let pick = self.upstream.serving().await;
+            match self.serve_stream(&pick, token.as_deref()).await {
                 StreamEnd::Finished => return,
                 StreamEnd::Idle | StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
                 StreamEnd::TokenRefused => {
@@ -139,11 +139,13 @@ impl Actor {
                     backoff = REOPEN_BACKOFF_START;
                 }
                 StreamEnd::Failed(status) => {
-                    if error::is_endpoint_failure(&status) {
-                        self.upstream.report_failure(index);
-                        if status.message() == crate::upstream::NO_LEADER {
-                            self.hub.fail_leader_requirers(&status);
-                        }
+                    if status.message() == crate::upstream::NO_LEADER {
+                        // The member answers, without a leader: another member may have one (during an
+                        // election, none has, and nothing moves).
+                        self.upstream.seek_leader(&pick);
+                        self.hub.fail_leader_requirers(&status);
+                    } else if error::is_endpoint_failure(&status) {
+                        self.upstream.report_failure(&pick);
                     }
                     tracing::debug!(%status, "upstream watch stream ended; re-opening");
                     tokio::time::sleep(backoff).await;
@@ -245,12 +247,7 @@ impl Actor {
         }
     }
 
-    async fn serve_stream(
-        &mut self,
-        channel: tonic::transport::Channel,
-        index: usize,
-        token: Option<&str>,
-    ) -> StreamEnd {
+    async fn serve_stream(&mut self, pick: &Active, token: Option<&str>) -> StreamEnd {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut request = Request::new(UnboundedReceiverStream::new(rx));
         // etcd ends a stream that requires a leader when it loses it, so the proxy notices and fails over.
@@ -260,8 +257,8 @@ impl Actor {
         if let Some(token) = token.and_then(|t| MetadataValue::try_from(t).ok()) {
             request.metadata_mut().insert("token", token);
         }
-        let mut client =
-            WatchClient::new(channel).max_decoding_message_size(self.upstream.max_recv_bytes);
+        let mut client = WatchClient::new(pick.channel.clone())
+            .max_decoding_message_size(self.upstream.max_recv_bytes);
         self.flush(&tx);
         let opening = client.watch(request);
         tokio::pin!(opening);
@@ -278,7 +275,7 @@ impl Actor {
                 // simulation differ from run to run. The check is ready twice a second; it starves nothing.
                 biased;
                 _ = check.tick() => {
-                    if self.upstream.active().0 != index {
+                    if self.upstream.moved_from(pick) {
                         return StreamEnd::Moved;
                     }
                     if creates.overdue(self.hub.create_progress(), Instant::now(), PROBE_TIMEOUT) {
