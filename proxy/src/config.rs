@@ -187,6 +187,9 @@ pub struct Config {
     pub user: Option<Credentials>,
     /// `--namespace`: the prefix under which clients' keys live in etcd; empty for none.
     pub namespace: Vec<u8>,
+    /// `--experimental-serializable-ordering`: a serializable read never returns an older revision than one the
+    /// proxy already returned.
+    pub serializable_ordering: bool,
     /// TLS towards clients, on the main port (and on `--metrics-addr` when it is `https://`).
     pub server_tls: Option<crate::tls::ServerSettings>,
     /// TLS towards etcd; `None`: plaintext.
@@ -226,6 +229,7 @@ impl Config {
             watch_max_join_lag: 0,
             user: None,
             namespace: Vec::new(),
+            serializable_ordering: true,
             server_tls: None,
             upstream_tls: None,
             metrics_listen: None,

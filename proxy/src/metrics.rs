@@ -22,6 +22,8 @@ pub struct Metrics {
     pub upstream_active: IntGaugeVec,
     /// Times the active endpoint was replaced after a failure.
     pub upstream_failovers: IntCounter,
+    /// Serializable reads asked again linearizably because their member lagged.
+    pub serializable_reads_reasked: IntCounter,
     /// Client LeaseKeepAlive streams open now.
     pub lease_client_streams: IntGauge,
     /// Upstream LeaseKeepAlive streams open now (one while any lease is being kept alive).
@@ -93,6 +95,11 @@ impl Metrics {
             "etcd_grpc_proxy_upstream_failovers_total",
             "Times the active etcd endpoint was replaced after a failure.",
         )?;
+        let serializable_reads_reasked = IntCounter::new(
+            "etcd_grpc_proxy_serializable_reads_reasked_total",
+            "Serializable reads asked again linearizably because their member's answer was older than a revision \
+             the proxy had already returned.",
+        )?;
         let lease_client_streams = IntGauge::new(
             "etcd_grpc_proxy_lease_keepalive_client_streams",
             "Client LeaseKeepAlive streams open now.",
@@ -158,6 +165,7 @@ impl Metrics {
         registry.register(Box::new(upstream_up.clone()))?;
         registry.register(Box::new(upstream_active.clone()))?;
         registry.register(Box::new(upstream_failovers.clone()))?;
+        registry.register(Box::new(serializable_reads_reasked.clone()))?;
         registry.register(Box::new(lease_client_streams.clone()))?;
         registry.register(Box::new(lease_upstream_streams.clone()))?;
         registry.register(Box::new(lease_renewals_forwarded.clone()))?;
@@ -180,6 +188,7 @@ impl Metrics {
             upstream_up,
             upstream_active,
             upstream_failovers,
+            serializable_reads_reasked,
             lease_client_streams,
             lease_upstream_streams,
             lease_renewals_forwarded,

@@ -39,6 +39,10 @@ struct StartArgs {
     /// Keep-alive ping timeout towards etcd
     #[arg(long, default_value = "20s", value_parser = parse_go_duration)]
     dial_keepalive_timeout: Duration,
+    /// A serializable read never returns an older revision than one the proxy already returned: a lagging
+    /// member's answer is asked again linearizably
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
+    experimental_serializable_ordering: bool,
     /// Ping etcd even when no call is open
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     permit_without_stream: bool,
@@ -104,7 +108,6 @@ const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
     ("discovery-srv-name", ""),
     ("insecure-discovery", "false"),
     ("enable-pprof", "false"),
-    ("experimental-serializable-ordering", "false"),
     ("experimental-leasing-prefix", ""),
     ("experimental-enable-grpc-logging", "false"),
 ];
@@ -205,6 +208,7 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     config.max_send_bytes = args.max_send_bytes;
     config.max_recv_bytes = args.max_recv_bytes;
     config.dial_timeout = args.dial_timeout;
+    config.serializable_ordering = args.experimental_serializable_ordering;
     config.upstream_keepalive = KeepAlive {
         interval: (!args.dial_keepalive_time.is_zero()).then_some(args.dial_keepalive_time),
         timeout: args.dial_keepalive_timeout,

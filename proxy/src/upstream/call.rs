@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::codec::RawCodec;
+use super::ordering;
 use super::{Active, DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
 use crate::error;
 
@@ -55,12 +56,25 @@ impl Upstream {
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Response<Bytes>, Status> {
-        let (_, response) = self
-            .with_retries(retry, request, |mut grpc, request| {
-                let path = path.clone();
-                async move { grpc.unary(request, path, RawCodec).await }
-            })
-            .await?;
+        let forwarded = self
+            .revision_floor
+            .as_ref()
+            .map(|_| (Forwarded::capture(&request), request.get_ref().clone()));
+        let call = |mut grpc: tonic::client::Grpc<Channel>, request| {
+            let path = path.clone();
+            async move { grpc.unary(request, path, RawCodec).await }
+        };
+        let (_, response) = self.with_retries(retry, request, call).await?;
+        if let (Some(floor), Some((forwarded, message))) = (&self.revision_floor, forwarded)
+            && floor.judge(path.path(), &message, &response) == ordering::Verdict::Reask
+        {
+            // A lagging member's answer: etcd's linearizable read is at least as new as any it returned.
+            self.metrics.serializable_reads_reasked.inc();
+            let again = forwarded.request(ordering::linearizable(&message));
+            let (_, response) = self.with_retries(retry, again, call).await?;
+            floor.judge(path.path(), &message, &response);
+            return Ok(Response::new(response));
+        }
         Ok(Response::new(response))
     }
 

@@ -10,6 +10,7 @@
 //! - [`choose`]: choosing the next active endpoint.
 //! - [`heartbeat`]: noticing a hung or leaderless active member.
 //! - [`latency`]: the learnt answer times behind the heartbeat's and the hedge's bounds.
+//! - [`ordering`]: serializable reads that never go back in revision.
 //! - [`forward`], [`codec`], [`outbound`], [`identity`]: what a call carries upstream.
 
 mod call;
@@ -19,6 +20,7 @@ mod forward;
 mod heartbeat;
 pub mod identity;
 mod latency;
+mod ordering;
 pub mod outbound;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +38,7 @@ use choose::Health;
 pub use forward::Forwarded;
 pub use heartbeat::{HANG_BOUND_MAX, HEARTBEAT_INTERVAL, replacement_bound};
 use latency::LatencyEstimate;
+use ordering::RevisionFloor;
 
 use crate::config::{Config, Endpoint};
 use crate::metrics::Metrics;
@@ -104,6 +107,8 @@ pub struct Upstream {
     status_latency: LatencyEstimate,
     /// How long reads take to be answered: the measure for hedging them.
     read_latency: LatencyEstimate,
+    /// The highest revision returned, when serializable reads must not go back from it.
+    revision_floor: Option<RevisionFloor>,
     /// Becomes true when the proxy shuts down; running streams end then.
     shutdown: watch::Receiver<bool>,
 }
@@ -161,6 +166,7 @@ impl Upstream {
             dial_timeout: config.dial_timeout,
             status_latency: LatencyEstimate::default(),
             read_latency: LatencyEstimate::default(),
+            revision_floor: config.serializable_ordering.then(RevisionFloor::default),
             shutdown,
         });
         if upstream.len() > 1 {

@@ -6,12 +6,14 @@
 //! - [`proxy::try_start`]: the proxy binary run with arguments it must refuse;
 //! - [`net`]: a port held busy, whether a port accepts connections;
 //! - [`compare`], [`pair`]: the same `etcdctl` steps or client calls against a direct etcd and through the proxy;
+//! - [`fake_etcd`]: a fake member for what real etcd cannot be made to do on cue;
 //! - [`metrics`]: reading the proxy's Prometheus text; [`grpc`]: plain tonic channels and metadata.
 //!
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
 pub mod compare;
+pub mod fake_etcd;
 pub mod grpc;
 pub mod metrics;
 pub mod net;

@@ -1,0 +1,204 @@
+//! Monotonic serializable reads (`--experimental-serializable-ordering`, on by default): a serializable Range is
+//! answered by whichever member serves, from that member's own copy of the data, and a member that lags (it was
+//! cut off, it is catching up after a restart, the proxy failed over to it) answers from an older revision than
+//! one the proxy already returned. A client that reads through the proxy would see time go backwards.
+//!
+//! The proxy remembers the highest revision any KV answer carried. A serializable answer older than that is not
+//! passed on: the read is asked again as a linearizable one, which etcd answers at a revision at least as new as
+//! every revision it ever returned. Only lagging answers cost that second read.
+//!
+//! etcd's Go proxy takes the flag but applies it to nothing it forwards (`go-grpc-proxy.md` §11.2).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::wire::{self, Value};
+
+/// `RangeRequest.serializable`.
+const RANGE_SERIALIZABLE: u32 = 7;
+/// The `header` field of every etcd answer, and `ResponseHeader.revision`.
+const RESPONSE_HEADER: u32 = 1;
+const HEADER_REVISION: u32 = 3;
+
+/// The KV methods whose answers carry the store's revision.
+const KV_METHODS: [&str; 4] = [
+    "/etcdserverpb.KV/Range",
+    "/etcdserverpb.KV/Put",
+    "/etcdserverpb.KV/DeleteRange",
+    "/etcdserverpb.KV/Txn",
+];
+
+/// The highest store revision a KV answer through this proxy carried.
+#[derive(Debug, Default)]
+pub struct RevisionFloor {
+    highest: AtomicI64,
+}
+
+/// What to do with a KV answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pass it on.
+    Pass,
+    /// A serializable read answered from an older revision than one already returned: ask again, linearizably.
+    Reask,
+}
+
+impl RevisionFloor {
+    /// Judges etcd's `answer` to `request` on the method at `path`, and raises the floor to its revision.
+    pub fn judge(&self, path: &str, request: &[u8], answer: &[u8]) -> Verdict {
+        if !KV_METHODS.contains(&path) {
+            return Verdict::Pass;
+        }
+        let Some(revision) = header_revision(answer) else {
+            return Verdict::Pass;
+        };
+        let before = self.highest.fetch_max(revision, Ordering::AcqRel);
+        let lagging = revision < before;
+        if lagging && path == KV_METHODS[0] && is_serializable(request) {
+            Verdict::Reask
+        } else {
+            Verdict::Pass
+        }
+    }
+}
+
+/// The same Range request, linearizable: protobuf keeps the last value of a repeated scalar field, so appending
+/// `serializable = false` overrides it and leaves every other field (unknown ones included) as the client sent it.
+pub fn linearizable(request: &Bytes) -> Bytes {
+    let mut out = BytesMut::with_capacity(request.len() + 2);
+    out.put_slice(request);
+    out.put_u8((RANGE_SERIALIZABLE << 3) as u8);
+    out.put_u8(0);
+    out.freeze()
+}
+
+fn is_serializable(range: &[u8]) -> bool {
+    let mut serializable = false;
+    for field in wire::fields(range) {
+        match field {
+            Ok((RANGE_SERIALIZABLE, Value::Varint(value))) => serializable = value != 0,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    serializable
+}
+
+fn header_revision(answer: &[u8]) -> Option<i64> {
+    let header = wire::fields(answer).find_map(|field| match field {
+        Ok((RESPONSE_HEADER, Value::Bytes(header))) => Some(header),
+        _ => None,
+    })?;
+    wire::fields(header).find_map(|field| match field {
+        Ok((HEADER_REVISION, Value::Varint(revision))) => Some(revision as i64),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use proto::etcdserverpb::{PutResponse, RangeRequest, RangeResponse, ResponseHeader};
+
+    const RANGE: &str = "/etcdserverpb.KV/Range";
+    const PUT: &str = "/etcdserverpb.KV/Put";
+
+    fn range(serializable: bool) -> Vec<u8> {
+        RangeRequest {
+            key: b"k".to_vec(),
+            serializable,
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn header(revision: i64) -> Option<ResponseHeader> {
+        Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        })
+    }
+
+    fn range_answer(revision: i64) -> Vec<u8> {
+        RangeResponse {
+            header: header(revision),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn an_older_serializable_answer_is_asked_again() {
+        let floor = RevisionFloor::default();
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(10)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(9)),
+            Verdict::Reask
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(10)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(11)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(10)),
+            Verdict::Reask
+        );
+    }
+
+    #[test]
+    fn writes_raise_the_floor_and_linearizable_answers_pass() {
+        let floor = RevisionFloor::default();
+        let put = PutResponse {
+            header: header(20),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(floor.judge(PUT, b"", &put), Verdict::Pass);
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(19)),
+            Verdict::Reask
+        );
+        // A linearizable read is never older than what etcd returned before: nothing to ask again.
+        assert_eq!(
+            floor.judge(RANGE, &range(false), &range_answer(19)),
+            Verdict::Pass
+        );
+    }
+
+    #[test]
+    fn other_methods_and_unreadable_answers_change_nothing() {
+        let floor = RevisionFloor::default();
+        floor.judge(RANGE, &range(true), &range_answer(50));
+        let status = range_answer(1);
+        assert_eq!(
+            floor.judge("/etcdserverpb.Maintenance/Status", b"", &status),
+            Verdict::Pass
+        );
+        assert_eq!(floor.judge(RANGE, &range(true), &[0xff]), Verdict::Pass);
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(49)),
+            Verdict::Reask
+        );
+    }
+
+    #[test]
+    fn the_linearizable_request_keeps_every_other_field() {
+        let mut request = range(true);
+        request.extend_from_slice(&[0x98, 0x06, 0x2a]); // an unknown field 99
+        let linearizable = linearizable(&Bytes::from(request.clone()));
+        assert!(linearizable.starts_with(&request));
+        let decoded = RangeRequest::decode(linearizable.clone()).unwrap();
+        assert!(!decoded.serializable);
+        assert_eq!(decoded.key, b"k");
+        assert!(!is_serializable(&linearizable));
+    }
+}
