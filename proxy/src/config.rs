@@ -116,6 +116,24 @@ pub fn parse_listen_addr(raw: &str) -> Result<SocketAddr, String> {
     }
 }
 
+/// `--advertise-client-url`: the address clients are told to reach this proxy at (MemberList answers with it, and
+/// `--resolver-prefix` registers it), with the name it goes by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Advertise {
+    /// As given: `host:port`, `http://host:port` or `https://host:port`.
+    pub url: String,
+    /// The host's name (MemberList's member name; clientv3's `Sync` ignores members without one).
+    pub name: String,
+}
+
+/// `--resolver-prefix` and `--resolver-ttl`: where in etcd the proxy registers itself, and its lease's TTL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolver {
+    pub prefix: Vec<u8>,
+    /// Seconds; at least 1.
+    pub ttl: i64,
+}
+
 /// `--metrics-addr`: where `/metrics` and `/health` are also served, and whether over TLS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MetricsListen {
@@ -194,6 +212,10 @@ pub struct Config {
     pub server_tls: Option<crate::tls::ServerSettings>,
     /// TLS towards etcd; `None`: plaintext.
     pub upstream_tls: Option<crate::tls::ClientSettings>,
+    /// `--advertise-client-url`; `None` when given empty: MemberList then passes through to etcd.
+    pub advertise: Option<Advertise>,
+    /// `--resolver-prefix` and `--resolver-ttl`, when given.
+    pub resolver: Option<Resolver>,
     /// `--metrics-addr`: a listener of its own for `/metrics` and `/health`.
     pub metrics_listen: Option<MetricsListen>,
     /// Seed of every random choice the proxy makes, so that a run can be reproduced.
@@ -233,6 +255,8 @@ impl Config {
             server_tls: None,
             upstream_tls: None,
             metrics_listen: None,
+            advertise: None,
+            resolver: None,
             seed,
             shutdown_grace: Duration::from_secs(10),
         }

@@ -10,6 +10,7 @@
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
+//! - [`cluster`]: MemberList answered with the proxies; registration under `--resolver-prefix`.
 //! - [`namespace`]: `--namespace`: every key clients send gets the prefix, every key they receive loses it.
 //! - [`wire`]: reads and edits the protobuf wire format field by field, without decoding whole messages.
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
@@ -21,6 +22,7 @@
 //! randomness only from the seed in [`Config`].
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod health;
@@ -110,8 +112,25 @@ impl BoundProxy {
             metrics.clone(),
             stop_rx.clone(),
         );
+        let rpc = rpc::Rpc::new(&upstream, &metrics, &self.config);
+        let registration = self
+            .config
+            .advertise
+            .as_ref()
+            .zip(self.config.resolver.as_ref())
+            .map(|(advertise, resolver)| {
+                let prefix = [self.config.namespace.as_slice(), &resolver.prefix].concat();
+                cluster::registration::Registration::start(cluster::registration::Registrar {
+                    upstream: upstream.clone(),
+                    lease: rpc.lease().clone(),
+                    identity: rpc.identity().cloned(),
+                    key: cluster::entry::key(&prefix, &advertise.url),
+                    value: cluster::entry::value(&advertise.url, &advertise.name),
+                    ttl: resolver.ttl,
+                })
+            });
         let app = Arc::new(server::App {
-            rpc: rpc::Rpc::new(&upstream, &metrics, &self.config),
+            rpc,
             upstream,
             limits: server::Limits::new(&self.config, metrics.clone()),
             metrics,
@@ -141,6 +160,11 @@ impl BoundProxy {
             _ = &mut serving => {}
             _ = shutdown => {
                 tracing::info!("shutting down");
+                // Deregister first, while clients are still served: a client that resolves the fleet now must
+                // not find a proxy about to stop.
+                if let Some(registration) = registration {
+                    registration.stop().await;
+                }
                 let _ = stop_tx.send(true);
                 serving.await;
             }

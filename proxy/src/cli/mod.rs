@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
+mod discovery;
 mod tls;
 
 use crate::config::{Config, Endpoint, KeepAlive, parse_listen_addr};
@@ -96,13 +97,12 @@ struct StartArgs {
     worker_threads: usize,
     #[command(flatten)]
     tls: tls::TlsArgs,
+    #[command(flatten)]
+    discovery: discovery::DiscoveryArgs,
 }
 
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
 const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
-    ("advertise-client-url", ""),
-    ("resolver-prefix", ""),
-    ("resolver-ttl", "0"),
     ("endpoints-auto-sync-interval", "0s"),
     ("discovery-srv", ""),
     ("discovery-srv-name", ""),
@@ -244,6 +244,7 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     // Taken as bytes, as etcd takes it: a prefix need not be UTF-8.
     config.namespace = std::os::unix::ffi::OsStrExt::as_bytes(args.namespace.as_os_str()).to_vec();
     tls::apply(args.tls, &mut config)?;
+    discovery::apply(args.discovery, &mut config, discovery::host_name())?;
     Ok(Cli {
         config,
         debug: args.debug,
@@ -379,6 +380,40 @@ mod tests {
     }
 
     #[test]
+    fn discovery_flags_are_checked_as_etcds_proxy_checks_them() {
+        let default = parse_ok(&["start", "--listen-addr=0.0.0.0:4000"]).config;
+        assert_eq!(
+            default.advertise.map(|a| a.url).as_deref(),
+            Some("127.0.0.1:4000")
+        );
+        assert!(default.resolver.is_none());
+        assert!(
+            parse_ok(&["start", "--advertise-client-url="])
+                .config
+                .advertise
+                .is_none()
+        );
+        let fleet = parse_ok(&["start", "--resolver-prefix=fleet", "--resolver-ttl=5"]).config;
+        assert_eq!(
+            fleet.resolver.map(|r| (r.prefix, r.ttl)),
+            Some((b"fleet".to_vec(), 5))
+        );
+        assert!(
+            parse_err(&["start", "--resolver-prefix=fleet"]).contains("invalid resolver-ttl 0")
+        );
+        assert!(parse_err(&["start", "--resolver-ttl=5"]).contains("invalid resolver-prefix"));
+        let unadvertised = [
+            "start",
+            "--resolver-prefix=p",
+            "--resolver-ttl=5",
+            "--advertise-client-url=",
+        ];
+        assert!(parse_err(&unadvertised).contains("invalid advertise-client-url"));
+        let bad = parse_err(&["start", "--advertise-client-url=a%b:1"]);
+        assert!(bad.contains("--advertise-client-url \"a%b:1\""), "{bad}");
+    }
+
+    #[test]
     fn defaults_are_etcds() {
         let cli = parse_ok(&["start"]);
         assert_eq!(cli.config.listen_addr, "127.0.0.1:23790".parse().unwrap());
@@ -460,11 +495,8 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&["start", "--enable-pprof=false", "--advertise-client-url="]);
-        for flag in [
-            "--enable-pprof",
-            "--advertise-client-url=http://127.0.0.1:1",
-        ] {
+        parse_ok(&["start", "--enable-pprof=false", "--discovery-srv="]);
+        for flag in ["--enable-pprof", "--discovery-srv=example.com"] {
             let err = parse_err(&["start", flag]);
             let name = flag.trim_start_matches("--").split('=').next().unwrap();
             assert!(

@@ -95,6 +95,30 @@ fn client_stream(
 }
 
 impl LeaseService {
+    /// Renews `lease_id` once over the shared upstream stream, for a lease of the proxy's own (its registration).
+    pub async fn renew(&self, lease_id: i64) -> Result<LeaseKeepAliveResponse, Status> {
+        let (answers, mut answer) = mpsc::channel::<Answer>(1);
+        let permit = Arc::new(Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .expect("a new semaphore is open");
+        let waiter = Waiter {
+            answers,
+            permit,
+            requires_leader: false,
+        };
+        let shutting_down = || Status::unavailable("etcd-grpc-proxy: shutting down");
+        self.renewals
+            .send(Renew { lease_id, waiter })
+            .await
+            .map_err(|_| shutting_down())?;
+        answer
+            .recv()
+            .await
+            .map(|(answer, _)| answer)
+            .unwrap_or_else(|| Err(shutting_down()))
+    }
+
     /// One client's keep-alive stream.
     pub async fn lease_keep_alive(
         &self,

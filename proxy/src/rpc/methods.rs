@@ -21,6 +21,8 @@ pub enum Route {
     Watch,
     /// Coalesced onto one upstream keep-alive stream.
     LeaseKeepAlive,
+    /// Answered by the proxy with `--advertise-client-url` ([`crate::cluster::members`]), else relayed as a read.
+    MemberList,
 }
 
 /// Whether a unary call may be repeated on another endpoint, by method.
@@ -62,7 +64,7 @@ pub fn route(path: &str) -> Option<Route> {
         ("etcdserverpb.Lease", "LeaseKeepAlive") => Route::LeaseKeepAlive,
         ("etcdserverpb.Lease", "LeaseGrant" | "LeaseRevoke") => Unary(Write),
         ("etcdserverpb.Lease", "LeaseTimeToLive" | "LeaseLeases") => Unary(Read),
-        ("etcdserverpb.Cluster", "MemberList") => Unary(Read),
+        ("etcdserverpb.Cluster", "MemberList") => Route::MemberList,
         (
             "etcdserverpb.Cluster",
             "MemberAdd" | "MemberRemove" | "MemberUpdate" | "MemberPromote",

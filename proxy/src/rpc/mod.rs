@@ -18,6 +18,7 @@ use tonic::server::Grpc;
 use tonic::{Request, Streaming};
 use tonic_prost::ProstCodec;
 
+use crate::cluster::members::Members;
 use crate::config::Config;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
@@ -34,6 +35,10 @@ pub struct Rpc {
     upstream: Arc<Upstream>,
     watch: Arc<WatchService>,
     lease: Arc<LeaseService>,
+    /// MemberList's answer, with `--advertise-client-url`.
+    members: Option<Arc<Members>>,
+    /// The proxy's own etcd identity (`--user`).
+    identity: Option<Arc<Identity>>,
     /// `--namespace`, when given.
     namespace: Option<Arc<Namespace>>,
     /// Largest message the proxy accepts from a client: `--max-recv-bytes`, at most `--max-send-bytes`.
@@ -55,6 +60,19 @@ impl Rpc {
             .clone()
             .map(|credentials| Identity::new(credentials, metrics.clone()));
         let namespace = Namespace::new(&config.namespace).map(Arc::new);
+        let members = config.advertise.clone().map(|advertise| {
+            // Registrations live inside the namespace, as etcd's Go proxy writes them through its namespaced client.
+            let registrations = config
+                .resolver
+                .as_ref()
+                .map(|resolver| [config.namespace.as_slice(), &resolver.prefix].concat());
+            Arc::new(Members::new(
+                upstream.clone(),
+                advertise,
+                registrations,
+                identity.clone(),
+            ))
+        });
         Self {
             upstream: upstream.clone(),
             watch: Arc::new(WatchService::new(
@@ -62,10 +80,12 @@ impl Rpc {
                 metrics.clone(),
                 watch_config,
                 config.watch_buffer_size,
-                identity,
+                identity.clone(),
                 namespace.clone(),
             )),
             lease: Arc::new(LeaseService::new(upstream.clone(), metrics.clone())),
+            members,
+            identity,
             namespace,
             // Whatever a client sends is sent on to etcd, so nothing larger than --max-send-bytes can be served:
             // refusing it by its length prefix, before its bytes are read, keeps such requests from costing memory.
@@ -85,6 +105,10 @@ impl Rpc {
         };
         let upstream = self.upstream.clone();
         let keys = CallKeys::of(self.namespace.as_ref(), path.path());
+        let route = match (route, &self.members) {
+            (Route::MemberList, None) => Route::Unary(methods::Repeat::Read),
+            (route, _) => route,
+        };
         match route {
             Route::Unary(repeat) => {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {
@@ -123,6 +147,20 @@ impl Rpc {
                     .server_streaming(serve, request)
                     .await
             }
+            Route::MemberList => {
+                let members = self.members.clone().expect("routed here only when set");
+                let answer = tower::service_fn(move |request: Request<Bytes>| {
+                    let members = members.clone();
+                    async move {
+                        let token = crate::upstream::Forwarded::capture(&request).token();
+                        let answer = members.answer(token).await;
+                        Ok(tonic::Response::new(Bytes::from(
+                            prost::Message::encode_to_vec(&answer),
+                        )))
+                    }
+                });
+                self.limited(RawCodec).unary(answer, request).await
+            }
             Route::Watch => {
                 let watch = self.watch.clone();
                 let serve = tower::service_fn(move |request: Request<Streaming<WatchRequest>>| {
@@ -145,6 +183,16 @@ impl Rpc {
                     .await
             }
         }
+    }
+
+    /// The lease keep-alive coalescer (the proxy's own leases renew through it too).
+    pub fn lease(&self) -> &Arc<LeaseService> {
+        &self.lease
+    }
+
+    /// The proxy's own etcd identity (`--user`), if any.
+    pub fn identity(&self) -> Option<&Arc<Identity>> {
+        self.identity.as_ref()
     }
 
     /// The server side of a call with the proxy's receive limit on what the client sends; what it sends back

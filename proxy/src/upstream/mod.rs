@@ -430,6 +430,9 @@ enum Replace {
 /// Paths of the calls the proxy makes itself.
 pub mod path {
     pub const RANGE: &str = "/etcdserverpb.KV/Range";
+    pub const PUT: &str = "/etcdserverpb.KV/Put";
+    pub const LEASE_GRANT: &str = "/etcdserverpb.Lease/LeaseGrant";
+    pub const LEASE_REVOKE: &str = "/etcdserverpb.Lease/LeaseRevoke";
     pub const RANGE_STREAM: &str = "/etcdserverpb.KV/RangeStream";
     pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
     pub const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";

@@ -1,0 +1,209 @@
+//! Discovery, against real etcd: MemberList through the proxy lists the proxy (`--advertise-client-url`, on by
+//! default as in etcd's Go proxy) or every proxy registered under `--resolver-prefix`; a registration lives under a
+//! lease the proxy keeps alive, comes back when the lease is lost, goes at once when the proxy stops gracefully
+//! and within its TTL when the proxy is killed.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::{Client, GetOptions};
+use testkit::{EtcdCluster, ProxyProcess, wait_for};
+use tokio::time::Instant;
+
+/// The registration lease's TTL in these tests, in seconds.
+const TTL: u64 = 2;
+/// etcd revokes expired leases from a loop that runs every 500 ms (its lessor's `revokeExpiredLeases`), so a key
+/// may outlive its lease by that much.
+const ETCD_EXPIRY_CHECK: Duration = Duration::from_millis(500);
+/// How long a proxy may take to register (its start, one LeaseGrant and one Put, on a loaded CI machine).
+const REGISTER_WITHIN: Duration = Duration::from_secs(20);
+
+async fn client(endpoint: &str) -> Client {
+    Client::connect([endpoint], None).await.expect("connect")
+}
+
+/// The client URLs and names MemberList lists through `endpoint`.
+async fn members(endpoint: &str) -> Vec<(String, String)> {
+    let mut client = client(endpoint).await;
+    let list = client.member_list().await.expect("member list");
+    list.members()
+        .iter()
+        .map(|m| (m.client_urls().join(","), m.name().to_owned()))
+        .collect()
+}
+
+/// The registration keys under `prefix` in etcd.
+async fn registrations(etcd: &str, prefix: &str) -> Vec<(String, String)> {
+    let mut client = client(etcd).await;
+    let got = client
+        .get(format!("{prefix}/"), Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    got.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_owned(),
+                kv.value_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn registered_proxy(cluster: &EtcdCluster, prefix: &str) -> ProxyProcess {
+    let flags = [
+        format!("--resolver-prefix={prefix}"),
+        format!("--resolver-ttl={TTL}"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    support::proxy::start(&cluster.endpoints(), &flags).await
+}
+
+async fn wait_registered(etcd: &str, prefix: &str, expected: &[String]) {
+    wait_for("the registrations", REGISTER_WITHIN, || async {
+        let keys: Vec<String> = registrations(etcd, prefix)
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let mut want: Vec<String> = expected.iter().map(|a| format!("{prefix}/{a}")).collect();
+        want.sort();
+        if keys == want {
+            Ok(())
+        } else {
+            Err(format!("registered: {keys:?}, expected {want:?}"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_list_lists_the_proxy_by_default_and_passes_through_when_told() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &[]).await;
+    let listed = members(&proxy.addr()).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        listed[0].0,
+        proxy.addr(),
+        "the proxy's own address, as clients reach it"
+    );
+    assert!(
+        !listed[0].1.is_empty(),
+        "a name, or clientv3's Sync drops it"
+    );
+
+    let passing = support::proxy::start(&cluster.endpoints(), &["--advertise-client-url="]).await;
+    assert_eq!(
+        members(&passing.addr()).await,
+        members(&cluster.endpoint(0)).await,
+        "an empty --advertise-client-url passes MemberList through"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_proxies_list_each_other_and_leave_when_stopped_or_killed() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let etcd = cluster.endpoint(0);
+    let prefix = "fleet";
+    let first = registered_proxy(&cluster, prefix).await;
+    let second = registered_proxy(&cluster, prefix).await;
+    wait_registered(&etcd, prefix, &[first.addr(), second.addr()]).await;
+
+    // The value is etcd's naming format, as Go clients resolving etcd:///fleet read it.
+    let (_, value) = registrations(&etcd, prefix).await.remove(0);
+    assert!(value.starts_with(r#"{"Op":0,"Addr":""#), "{value}");
+    assert!(value.contains(r#""Metadata":"{\"name\":"#), "{value}");
+
+    // Either proxy lists both.
+    for proxy in [&first, &second] {
+        let mut urls: Vec<String> = members(&proxy.addr())
+            .await
+            .into_iter()
+            .map(|m| m.0)
+            .collect();
+        urls.sort();
+        let mut want = vec![first.addr(), second.addr()];
+        want.sort();
+        assert_eq!(urls, want, "MemberList through {}", proxy.addr());
+    }
+
+    // Stopped gracefully: its key is gone by the time it has exited.
+    let mut first = first;
+    first.terminate();
+    wait_for("the first proxy to exit", Duration::from_secs(30), || {
+        let running = first.is_running();
+        async move {
+            if running {
+                Err("running".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    let left: Vec<String> = registrations(&etcd, prefix)
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        left,
+        [format!("{prefix}/{}", second.addr())],
+        "deregistered at once"
+    );
+
+    // Killed: its key goes when its lease expires, within the TTL (it renewed at most a third of it ago) and
+    // etcd's expiry check.
+    let killed_at = Instant::now();
+    drop(second);
+    wait_for(
+        "the killed proxy's key to expire",
+        Duration::from_secs(TTL) + ETCD_EXPIRY_CHECK + Duration::from_millis(500),
+        || async {
+            match registrations(&etcd, prefix).await.len() {
+                0 => Ok(()),
+                n => Err(format!("{n} left")),
+            }
+        },
+    )
+    .await;
+    eprintln!("killed proxy's key gone after {:?}", killed_at.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_registration_lease_is_replaced() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let etcd = cluster.endpoint(0);
+    let prefix = "fleet";
+    let proxy = registered_proxy(&cluster, prefix).await;
+    wait_registered(&etcd, prefix, &[proxy.addr()]).await;
+
+    // Revoke its lease behind its back, as an operator or a lease expiry during a partition would.
+    let mut direct = client(&etcd).await;
+    let got = direct
+        .get(format!("{prefix}/"), Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let lease = got.kvs()[0].lease();
+    direct.lease_revoke(lease).await.expect("revoke");
+    assert!(registrations(&etcd, prefix).await.is_empty());
+
+    // The next renewal (a third of the TTL away) says the lease is gone; the proxy registers again.
+    wait_registered(&etcd, prefix, &[proxy.addr()]).await;
+    let got = direct
+        .get(format!("{prefix}/"), Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_ne!(got.kvs()[0].lease(), lease, "under a new lease");
+}
