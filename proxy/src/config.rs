@@ -212,6 +212,8 @@ pub struct Config {
     pub server_tls: Option<crate::tls::ServerSettings>,
     /// TLS towards etcd; `None`: plaintext.
     pub upstream_tls: Option<crate::tls::ClientSettings>,
+    /// `--endpoints-auto-sync-interval`: how often the endpoints are refreshed from MemberList; `None`: never.
+    pub endpoints_auto_sync: Option<Duration>,
     /// `--advertise-client-url`; `None` when given empty: MemberList then passes through to etcd.
     pub advertise: Option<Advertise>,
     /// `--resolver-prefix` and `--resolver-ttl`, when given.
@@ -255,6 +257,7 @@ impl Config {
             server_tls: None,
             upstream_tls: None,
             metrics_listen: None,
+            endpoints_auto_sync: None,
             advertise: None,
             resolver: None,
             seed,

@@ -71,13 +71,37 @@ async fn malformed_endpoints_are_rejected_with_the_endpoint_named() {
 async fn unsupported_flags_are_rejected_as_not_supported() {
     let dead = dead_endpoint();
     for flag in [
-        "--endpoints-auto-sync-interval=1s",
-        "--advertise-client-url=127.0.0.1:1",
-        "--resolver-prefix=/p",
+        "--discovery-srv=example.com",
+        "--experimental-leasing-prefix=/l",
     ] {
         let name = flag.split('=').next().expect("flag name");
         check(&["start", &dead, flag], &["not supported", name]).await;
     }
+}
+
+#[tokio::test]
+async fn discovery_flags_that_do_not_fit_together_are_refused_with_etcds_words() {
+    let dead = dead_endpoint();
+    check(
+        &["start", &dead, "--resolver-prefix=/p"],
+        &["invalid resolver-ttl 0"],
+    )
+    .await;
+    check(
+        &["start", &dead, "--resolver-ttl=5"],
+        &["invalid resolver-prefix"],
+    )
+    .await;
+    check(
+        &["start", &dead, "--advertise-client-url=a%b:1"],
+        &["--advertise-client-url", "a%b:1"],
+    )
+    .await;
+    check(
+        &["start", &dead, "--endpoints-auto-sync-interval=soon"],
+        &["--endpoints-auto-sync-interval"],
+    )
+    .await;
 }
 
 /// TLS files that cannot serve stop the proxy at start, with the file and the reason named.

@@ -40,6 +40,10 @@ struct StartArgs {
     /// Keep-alive ping timeout towards etcd
     #[arg(long, default_value = "20s", value_parser = parse_go_duration)]
     dial_keepalive_timeout: Duration,
+    /// How often the endpoints are refreshed from etcd's MemberList (learners excluded), so that members can be
+    /// replaced under the proxy (0: never)
+    #[arg(long, default_value = "0s", value_parser = parse_go_duration)]
+    endpoints_auto_sync_interval: Duration,
     /// A serializable read never returns an older revision than one the proxy already returned: a lagging
     /// member's answer is asked again linearizably
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
@@ -103,7 +107,6 @@ struct StartArgs {
 
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
 const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
-    ("endpoints-auto-sync-interval", "0s"),
     ("discovery-srv", ""),
     ("discovery-srv-name", ""),
     ("insecure-discovery", "false"),
@@ -209,6 +212,8 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
     config.max_recv_bytes = args.max_recv_bytes;
     config.dial_timeout = args.dial_timeout;
     config.serializable_ordering = args.experimental_serializable_ordering;
+    config.endpoints_auto_sync =
+        (!args.endpoints_auto_sync_interval.is_zero()).then_some(args.endpoints_auto_sync_interval);
     config.upstream_keepalive = KeepAlive {
         interval: (!args.dial_keepalive_time.is_zero()).then_some(args.dial_keepalive_time),
         timeout: args.dial_keepalive_timeout,

@@ -307,7 +307,7 @@ impl Upstream {
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
-        for index in (0..self.len()).filter(|&i| i != refused.index) {
+        for index in self.others(refused.index) {
             let (pick, answer) = self
                 .attempt(self.member(index), forwarded, message, call)
                 .await;

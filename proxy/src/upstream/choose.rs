@@ -32,7 +32,7 @@ pub enum Health {
 impl Upstream {
     /// Asks endpoint `index` for its Status, waiting at most `wait`.
     pub(super) async fn member_status(&self, index: usize, wait: Duration) -> Health {
-        let mut client = MaintenanceClient::new(self.members[index].channel.clone());
+        let mut client = MaintenanceClient::new(self.members.get(index).channel.clone());
         match tokio::time::timeout(wait, client.status(StatusRequest {})).await {
             Ok(Ok(status)) if status.get_ref().leader == 0 => Health::NoLeader,
             Ok(Ok(_)) => Health::Leader,
@@ -43,7 +43,7 @@ impl Upstream {
 
     /// Chooses the endpoint to serve in place of `from` and makes it active.
     pub(super) async fn choose_replacement(self: Arc<Self>, from: usize, why: Replace) {
-        let candidates = (0..self.len()).filter(|&i| i != from);
+        let candidates = self.others(from);
         let (with_leader, answered) = self.ask(candidates).await;
         let next = match why {
             Replace::Failed => with_leader.or(answered).or_else(|| {

@@ -42,7 +42,8 @@ impl Upstream {
                 _ = shutting_down(&mut shutdown) => return,
                 _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
             }
-            if self.active.borrow().choosing {
+            // With one endpoint there is nothing to move to (auto-sync may add more later).
+            if self.active.borrow().choosing || self.len() < 2 {
                 continue;
             }
             let pick = self.active();
@@ -59,7 +60,7 @@ impl Upstream {
                     // members that are merely slow raise the bound instead of being left one after another.
                     self.status_latency.observe(bound * 2);
                     tracing::warn!(
-                        endpoint = %self.members[pick.index].endpoint,
+                        endpoint = %self.members.get(pick.index).endpoint,
                         ?bound,
                         "etcd endpoint did not answer Status in time"
                     );

@@ -11,6 +11,7 @@
 //! - [`heartbeat`]: noticing a hung or leaderless active member.
 //! - [`latency`]: the learnt answer times behind the heartbeat's and the hedge's bounds.
 //! - [`ordering`]: serializable reads that never go back in revision.
+//! - [`pool`], [`sync`]: the endpoints, and `--endpoints-auto-sync-interval`'s refresh of them from MemberList.
 //! - [`forward`], [`codec`], [`outbound`], [`identity`]: what a call carries upstream.
 
 mod call;
@@ -22,8 +23,10 @@ pub mod identity;
 mod latency;
 mod ordering;
 pub mod outbound;
+mod pool;
+mod sync;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +42,7 @@ pub use forward::Forwarded;
 pub use heartbeat::{HANG_BOUND_MAX, HEARTBEAT_INTERVAL, replacement_bound};
 use latency::LatencyEstimate;
 use ordering::RevisionFloor;
+use pool::{Member, Pool};
 
 use crate::config::{Config, Endpoint};
 use crate::metrics::Metrics;
@@ -63,15 +67,6 @@ pub const UPSTREAM_STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 /// stream is bounded by its own window alone, as in grpc-go, which returns connection window as data arrives.
 const UPSTREAM_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
-struct Member {
-    endpoint: Endpoint,
-    channel: Channel,
-    up: AtomicBool,
-    probing: AtomicBool,
-    /// It answered RangeStream with Unimplemented (etcd before 3.7) since it was last found down.
-    lacks_range_stream: AtomicBool,
-}
-
 /// Which endpoint serves, and since when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ActiveState {
@@ -94,7 +89,12 @@ pub struct Active {
 
 /// The etcd endpoints and which one serves.
 pub struct Upstream {
-    members: Vec<Member>,
+    members: Pool,
+    /// What new endpoints' channels connect with (`--endpoints-auto-sync-interval` adds endpoints).
+    connector: Connector,
+    channel_settings: ChannelSettings,
+    /// TLS towards etcd is on: endpoints learnt from MemberList must be `https://` (or bare).
+    tls_on: bool,
     active: watch::Sender<ActiveState>,
     rng: Mutex<StdRng>,
     metrics: Metrics,
@@ -123,20 +123,17 @@ impl Upstream {
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Self> {
+        let tls_on = tls.is_some();
         let connector = Connector::with_tls(net, tls);
+        let channel_settings = ChannelSettings::of(config);
         let members: Vec<Member> = config
             .endpoints
             .iter()
             .map(|endpoint| {
-                let channel =
-                    tonic_endpoint(endpoint, config).connect_with_connector_lazy(connector.clone());
-                Member {
-                    endpoint: endpoint.clone(),
-                    channel,
-                    up: AtomicBool::new(true),
-                    probing: AtomicBool::new(false),
-                    lacks_range_stream: AtomicBool::new(false),
-                }
+                Member::new(
+                    endpoint.clone(),
+                    channel_settings.connect(endpoint, &connector),
+                )
             })
             .collect();
         let mut rng = StdRng::seed_from_u64(config.seed);
@@ -153,7 +150,10 @@ impl Upstream {
         }
         tracing::info!(endpoint = %members[active].endpoint, "active etcd endpoint chosen");
         let upstream = Arc::new(Self {
-            members,
+            members: Pool::new(members),
+            connector,
+            channel_settings,
+            tls_on,
             active: watch::Sender::new(ActiveState {
                 index: active,
                 epoch: 0,
@@ -169,8 +169,9 @@ impl Upstream {
             revision_floor: config.serializable_ordering.then(RevisionFloor::default),
             shutdown,
         });
-        if upstream.len() > 1 {
-            tokio::spawn(upstream.clone().heartbeat());
+        tokio::spawn(upstream.clone().heartbeat());
+        if let Some(every) = config.endpoints_auto_sync {
+            tokio::spawn(upstream.clone().auto_sync(every));
         }
         upstream
     }
@@ -208,7 +209,7 @@ impl Upstream {
         Active {
             index: state.index,
             epoch: state.epoch,
-            channel: self.members[state.index].channel.clone(),
+            channel: self.members.get(state.index).channel.clone(),
         }
     }
 
@@ -218,13 +219,14 @@ impl Upstream {
         Active {
             index,
             epoch: u64::MAX,
-            channel: self.members[index].channel.clone(),
+            channel: self.members.get(index).channel.clone(),
         }
     }
 
     /// Whether endpoint `index` is known not to serve RangeStream (see [`Upstream::note_lacks_range_stream`]).
     pub fn lacks_range_stream(&self, index: usize) -> bool {
-        self.members[index]
+        self.members
+            .get(index)
             .lacks_range_stream
             .load(Ordering::Acquire)
     }
@@ -232,7 +234,8 @@ impl Upstream {
     /// Remembers that endpoint `index` answered RangeStream with Unimplemented. Forgotten when the endpoint is
     /// next found down and back: it may come back upgraded.
     pub fn note_lacks_range_stream(&self, index: usize) {
-        self.members[index]
+        self.members
+            .get(index)
             .lacks_range_stream
             .store(true, Ordering::Release);
     }
@@ -242,14 +245,19 @@ impl Upstream {
         self.shutdown.clone()
     }
 
-    /// Number of configured endpoints.
+    /// Number of endpoints in use (configured, or learnt by `--endpoints-auto-sync-interval`).
     pub fn len(&self) -> usize {
-        self.members.len()
+        self.members.live().len()
     }
 
-    /// Always false: `Config` requires at least one endpoint.
+    /// Always false: `Config` requires at least one endpoint, and the last one is never retired.
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.len() == 0
+    }
+
+    /// The endpoints in use other than `index`.
+    fn others(&self, index: usize) -> impl Iterator<Item = usize> {
+        self.members.live().into_iter().filter(move |&i| i != index)
     }
 
     /// For a stream that requires a leader, at its start: etcd refuses such a stream at once, with
@@ -311,7 +319,7 @@ impl Upstream {
 
     /// Starts choosing a replacement for `pick`, unless it is no longer active or a choice is under way.
     fn replace(self: &Arc<Self>, pick: &Active, why: Replace) {
-        if self.members.len() < 2 {
+        if self.len() < 2 && !self.members.get(pick.index).retired() {
             return;
         }
         let claimed = self.active.send_if_modified(|state| {
@@ -330,7 +338,10 @@ impl Upstream {
 
     /// Marks endpoint `index` down and starts probing it.
     fn mark_down(self: &Arc<Self>, index: usize) {
-        let member = &self.members[index];
+        let member = self.members.get(index);
+        if member.retired() {
+            return;
+        }
         if member.up.swap(false, Ordering::AcqRel) {
             tracing::warn!(endpoint = %member.endpoint, "etcd endpoint failed");
             self.metrics
@@ -355,7 +366,8 @@ impl Upstream {
         let Some(next) = next.filter(|&next| next != from) else {
             return;
         };
-        let (old, new) = (&self.members[from].endpoint, &self.members[next].endpoint);
+        let (old, new) = (self.members.get(from), self.members.get(next));
+        let (old, new) = (&old.endpoint, &new.endpoint);
         self.metrics.upstream_failovers.inc();
         self.metrics
             .upstream_active
@@ -368,16 +380,23 @@ impl Upstream {
         tracing::warn!(from = %old, to = %new, "failing over to another etcd endpoint");
     }
 
-    /// A random endpoint believed up other than `failed`; if none is up, the next one in order.
+    /// A random endpoint believed up other than `failed`; if none is up, the next one in use after it.
     fn random_other(&self, failed: usize) -> usize {
-        self.random_up_other(failed)
-            .unwrap_or((failed + 1) % self.members.len())
+        self.random_up_other(failed).unwrap_or_else(|| {
+            let live = self.members.live();
+            live.iter()
+                .copied()
+                .find(|&i| i > failed)
+                .or(live.first().copied())
+                .unwrap_or(failed)
+        })
     }
 
     /// A random endpoint believed up other than `excluded`.
     fn random_up_other(&self, excluded: usize) -> Option<usize> {
-        let candidates: Vec<usize> = (0..self.members.len())
-            .filter(|&i| i != excluded && self.members[i].up.load(Ordering::Acquire))
+        let candidates: Vec<usize> = self
+            .others(excluded)
+            .filter(|&i| self.members.get(i).usable())
             .collect();
         if candidates.is_empty() {
             return None;
@@ -392,7 +411,7 @@ impl Upstream {
     /// Asks a failed endpoint for its status with growing pauses until it answers with a leader, then marks it
     /// up again.
     async fn probe(self: Arc<Self>, index: usize) {
-        let member = &self.members[index];
+        let member = self.members.get(index);
         let mut backoff = PROBE_BACKOFF_START;
         let mut shutdown = self.shutdown.clone();
         loop {
@@ -401,6 +420,10 @@ impl Upstream {
                 biased;
                 _ = shutting_down(&mut shutdown) => return,
                 _ = tokio::time::sleep(backoff) => {}
+            }
+            if member.retired() {
+                member.probing.store(false, Ordering::Release);
+                return;
             }
             if self.member_status(index, self.dial_timeout).await == Health::Leader {
                 member.lacks_range_stream.store(false, Ordering::Release);
@@ -435,6 +458,7 @@ pub mod path {
     pub const LEASE_REVOKE: &str = "/etcdserverpb.Lease/LeaseRevoke";
     pub const RANGE_STREAM: &str = "/etcdserverpb.KV/RangeStream";
     pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
+    pub const MEMBER_LIST: &str = "/etcdserverpb.Cluster/MemberList";
     pub const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";
 }
 
@@ -452,19 +476,36 @@ pub async fn shutting_down(signal: &mut watch::Receiver<bool>) {
     }
 }
 
-fn tonic_endpoint(endpoint: &Endpoint, config: &Config) -> TonicEndpoint {
-    // The authority was validated by `Endpoint::parse`, so it always forms a valid URI.
-    let mut tonic = TonicEndpoint::from_shared(format!("http://{}", endpoint.authority()))
-        .expect("validated endpoint forms a URI")
-        .connect_timeout(config.dial_timeout)
-        .tcp_nodelay(true)
-        .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
-        .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW);
-    if let Some(interval) = config.upstream_keepalive.interval {
-        tonic = tonic
-            .http2_keep_alive_interval(interval)
-            .keep_alive_timeout(config.upstream_keepalive.timeout)
-            .keep_alive_while_idle(config.upstream_keepalive.while_idle);
+/// How every channel to an endpoint is set up (`--dial-timeout`, `--dial-keepalive-*`, the windows).
+#[derive(Clone, Copy)]
+struct ChannelSettings {
+    dial_timeout: Duration,
+    keepalive: crate::config::KeepAlive,
+}
+
+impl ChannelSettings {
+    fn of(config: &Config) -> Self {
+        Self {
+            dial_timeout: config.dial_timeout,
+            keepalive: config.upstream_keepalive,
+        }
     }
-    tonic
+
+    /// A lazily connected channel to `endpoint`.
+    fn connect(&self, endpoint: &Endpoint, connector: &Connector) -> Channel {
+        // The authority was validated by `Endpoint::parse`, so it always forms a valid URI.
+        let mut tonic = TonicEndpoint::from_shared(format!("http://{}", endpoint.authority()))
+            .expect("validated endpoint forms a URI")
+            .connect_timeout(self.dial_timeout)
+            .tcp_nodelay(true)
+            .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
+            .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW);
+        if let Some(interval) = self.keepalive.interval {
+            tonic = tonic
+                .http2_keep_alive_interval(interval)
+                .keep_alive_timeout(self.keepalive.timeout)
+                .keep_alive_while_idle(self.keepalive.while_idle);
+        }
+        tonic.connect_with_connector_lazy(connector.clone())
+    }
 }

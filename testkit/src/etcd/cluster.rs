@@ -23,6 +23,8 @@ struct Member {
     data_dir: PathBuf,
     log: PathBuf,
     process: Option<Process>,
+    /// The `--initial-cluster` of a member that joined a running cluster (`--initial-cluster-state=existing`).
+    joined: Option<String>,
 }
 
 /// A running etcd cluster. Dropping it kills every member and removes the data directories; when the drop
@@ -75,6 +77,7 @@ impl EtcdCluster {
                 data_dir: dir.path().join(format!("m{i}.etcd")),
                 log: dir.path().join(format!("m{i}.log")),
                 process: None,
+                joined: None,
             })
             .collect();
         let initial_cluster = members
@@ -183,8 +186,15 @@ impl EtcdCluster {
             .arg(format!("--advertise-client-urls={client_url}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster={}", self.initial_cluster))
-            .arg("--initial-cluster-state=new")
+            .arg(format!(
+                "--initial-cluster={}",
+                m.joined.as_deref().unwrap_or(&self.initial_cluster)
+            ))
+            .arg(if m.joined.is_some() {
+                "--initial-cluster-state=existing"
+            } else {
+                "--initial-cluster-state=new"
+            })
             .arg(format!("--initial-cluster-token={}", self.token))
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
@@ -250,6 +260,65 @@ impl EtcdCluster {
         self.wait_healthy(i).await
     }
 
+    /// Replaces member `i` by a new member, as an operator replaces a machine: removes it from the cluster (asking
+    /// member `via`), stops it, adds a new member on new ports with a new name and an empty data directory, starts it
+    /// (`--initial-cluster-state=existing`) and waits until it is healthy. Member `i`'s slot then names the new one.
+    pub async fn replace(&mut self, i: usize, via: usize) -> Result<(), String> {
+        let ctl = self.etcdctl(via);
+        let listed = ctl.run(&["member", "list"], None).await;
+        let name = self.members[i].name.clone();
+        let id = listed
+            .stdout
+            .lines()
+            .find(|line| line.split(", ").nth(2) == Some(name.as_str()))
+            .and_then(|line| line.split(", ").next())
+            .ok_or_else(|| format!("member {name} is not in the member list:\n{listed}"))?
+            .to_owned();
+        reconfigure(&ctl, &["member", "remove", &id]).await?;
+        self.kill(i);
+        // Removing the leader starts an election: add the new member once `via` has a leader again.
+        self.wait_healthy(via).await?;
+        let generation = CLUSTER_SEQ.fetch_add(1, Ordering::SeqCst);
+        let new_name = format!("m{i}-{generation}");
+        let peer_port = free_port();
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let peer_urls = format!("--peer-urls={peer_url}");
+        if let Err(refused) = reconfigure(&ctl, &["member", "add", &new_name, &peer_urls]).await {
+            // "request timed out" leaves the outcome unknown: the member list tells.
+            let listed = ctl.run(&["member", "list"], None).await;
+            if !listed.stdout.contains(&peer_url) {
+                return Err(refused);
+            }
+        }
+        // The joining member's --initial-cluster: every member's name and peer URL (etcd lists the new one, not
+        // started yet, without a name).
+        let listed = ctl.run(&["member", "list"], None).await;
+        let joined = listed
+            .stdout
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split(", ").collect();
+                let (name, peer) = (*fields.get(2)?, *fields.get(3)?);
+                Some(format!(
+                    "{}={peer}",
+                    if name.is_empty() { &new_name } else { name }
+                ))
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        self.members[i] = Member {
+            name: new_name.clone(),
+            client_port: free_port(),
+            peer_port,
+            data_dir: self.dir.path().join(format!("{new_name}.etcd")),
+            log: self.dir.path().join(format!("{new_name}.log")),
+            process: None,
+            joined: Some(joined),
+        };
+        self.spawn(i)?;
+        self.wait_healthy(i).await
+    }
+
     /// The last `n` lines of member `i`'s log.
     pub fn log_tail(&self, i: usize, n: usize) -> String {
         dirs::tail(&self.members[i].log, n)
@@ -279,5 +348,26 @@ impl Drop for EtcdCluster {
             eprintln!("{}", self.logs(40));
         }
         // The data directories and logs go with the TempDir field.
+    }
+}
+
+/// How long a membership change may be refused for an "unhealthy cluster" before it is given up.
+const RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs a membership change with `ctl`, again while etcd refuses it as "unhealthy cluster": with
+/// `--strict-reconfig-check` (the default) etcd changes membership only once every member has been connected to
+/// the others for a while (5 s), which a cluster just started or just changed has not.
+async fn reconfigure(ctl: &crate::Etcdctl, args: &[&str]) -> Result<crate::Output, String> {
+    let deadline = tokio::time::Instant::now() + RECONFIGURE_TIMEOUT;
+    loop {
+        let out = ctl.run(args, None).await;
+        if out.success() {
+            return Ok(out);
+        }
+        let unhealthy = out.stderr.contains("unhealthy cluster");
+        if !unhealthy || tokio::time::Instant::now() >= deadline {
+            return Err(format!("etcdctl {}: {out}", args.join(" ")));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

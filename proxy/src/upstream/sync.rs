@@ -1,0 +1,152 @@
+//! `--endpoints-auto-sync-interval`: the endpoint list follows the cluster's membership, as clientv3's auto-sync
+//! does, so the proxy keeps serving while members are replaced one by one, the ones it started with included.
+//! Every interval the active member's MemberList is read; the client URLs of its members (learners excluded: they
+//! serve no client requests; members without a name excluded: they have not started) become the endpoints. New
+//! ones are added, ones no longer listed are retired, and an active endpoint that is retired is replaced. A
+//! MemberList that fails, or that lists nothing usable, changes nothing (logged, as clientv3 logs it).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::etcdserverpb::{MemberListRequest, MemberListResponse};
+use tonic::Request;
+
+use super::pool::Member;
+use super::{Replace, Retry, Upstream, path, shutting_down};
+use crate::config::{Endpoint, Scheme};
+
+/// How long one sync may take (clientv3's auto-sync gives its `Sync` 5 s).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Upstream {
+    /// Refreshes the endpoints every `every` until the proxy shuts down.
+    pub(super) async fn auto_sync(self: Arc<Self>, every: Duration) {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                // A fixed order keeps seeded runs reproducible.
+                biased;
+                _ = shutting_down(&mut shutdown) => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            match tokio::time::timeout(SYNC_TIMEOUT, self.member_list()).await {
+                Ok(Ok(list)) => self.follow(&list),
+                Ok(Err(status)) => tracing::warn!(%status, "endpoint sync: MemberList failed"),
+                Err(_) => tracing::warn!("endpoint sync: MemberList not answered in time"),
+            }
+        }
+    }
+
+    async fn member_list(self: &Arc<Self>) -> Result<MemberListResponse, tonic::Status> {
+        let request = Request::new(MemberListRequest { linearizable: true });
+        self.call(Retry::ReadOnly, path::MEMBER_LIST, request)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// Makes the endpoints those `list` names.
+    fn follow(self: &Arc<Self>, list: &MemberListResponse) {
+        let listed = self.usable_urls(list);
+        if listed.is_empty() {
+            tracing::warn!(
+                "endpoint sync: MemberList names no usable client URL; endpoints unchanged"
+            );
+            return;
+        }
+        let authorities: BTreeSet<&str> = listed.iter().map(Endpoint::authority).collect();
+        for endpoint in &listed {
+            self.add_endpoint(endpoint);
+        }
+        for index in self.members.live() {
+            let member = self.members.get(index);
+            if !authorities.contains(member.endpoint.authority()) {
+                self.retire(index);
+            }
+        }
+    }
+
+    /// The client URLs of `list`'s started voting members that this proxy can dial (the scheme its TLS settings
+    /// speak: etcd lists `https://` URLs when its clients use TLS).
+    fn usable_urls(&self, list: &MemberListResponse) -> Vec<Endpoint> {
+        let mut urls = Vec::new();
+        for member in list
+            .members
+            .iter()
+            .filter(|m| !m.is_learner && !m.name.is_empty())
+        {
+            for url in &member.client_ur_ls {
+                match Endpoint::parse(url) {
+                    Ok(endpoint) if self.speaks(&endpoint) => urls.push(endpoint),
+                    Ok(_) => {
+                        tracing::warn!(%url, tls = self.tls_on, "endpoint sync: a client URL of the other scheme is skipped")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "endpoint sync: a client URL that does not parse is skipped")
+                    }
+                }
+            }
+        }
+        urls
+    }
+
+    fn speaks(&self, endpoint: &Endpoint) -> bool {
+        match endpoint.scheme() {
+            Scheme::Bare => true,
+            Scheme::Http => !self.tls_on,
+            Scheme::Https => self.tls_on,
+        }
+    }
+
+    /// Adds `endpoint`, or brings it back if it was retired.
+    fn add_endpoint(&self, endpoint: &Endpoint) {
+        let index = match self.members.find(endpoint.authority()) {
+            Some(index) => {
+                let member = self.members.get(index);
+                if !member.retired() {
+                    return;
+                }
+                member
+                    .retired
+                    .store(false, std::sync::atomic::Ordering::Release);
+                index
+            }
+            None => {
+                let channel = self.channel_settings.connect(endpoint, &self.connector);
+                self.members.push(Member::new(endpoint.clone(), channel))
+            }
+        };
+        let authority = self.members.get(index).endpoint.authority().to_owned();
+        self.metrics
+            .upstream_up
+            .with_label_values(&[&authority])
+            .set(1);
+        self.metrics
+            .upstream_active
+            .with_label_values(&[&authority])
+            .set(0);
+        tracing::info!(endpoint = %endpoint, "endpoint sync: endpoint added");
+    }
+
+    /// Stops using endpoint `index`; moves off it if it is active. The last endpoint is never retired.
+    fn retire(self: &Arc<Self>, index: usize) {
+        if self.len() < 2 {
+            return;
+        }
+        let member = self.members.get(index);
+        member
+            .retired
+            .store(true, std::sync::atomic::Ordering::Release);
+        let authority = member.endpoint.authority();
+        let _ = self.metrics.upstream_up.remove_label_values(&[authority]);
+        let _ = self
+            .metrics
+            .upstream_active
+            .remove_label_values(&[authority]);
+        tracing::info!(endpoint = %member.endpoint, "endpoint sync: endpoint removed");
+        let active = self.active();
+        if active.index == index {
+            self.replace(&active, Replace::Failed);
+        }
+    }
+}
