@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::choose::{CHOOSE_WAIT, Health};
-use super::{Upstream, shutting_down};
+use super::{Upstream, sleep_unless_shutdown};
 
 /// How often the active member is asked for its Status.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(250);
@@ -35,13 +35,7 @@ impl Upstream {
     /// Runs until the proxy shuts down.
     pub(super) async fn heartbeat(self: Arc<Self>) {
         let mut shutdown = self.shutdown.clone();
-        loop {
-            tokio::select! {
-                // A fixed order keeps seeded runs reproducible.
-                biased;
-                _ = shutting_down(&mut shutdown) => return,
-                _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
-            }
+        while sleep_unless_shutdown(&mut shutdown, HEARTBEAT_INTERVAL).await {
             // With one endpoint there is nothing to move to (auto-sync may add more later).
             if self.active.borrow().choosing || self.len() < 2 {
                 continue;

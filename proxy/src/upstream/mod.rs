@@ -414,13 +414,8 @@ impl Upstream {
         let member = self.members.get(index);
         let mut backoff = PROBE_BACKOFF_START;
         let mut shutdown = self.shutdown.clone();
-        loop {
-            tokio::select! {
-                // A probe must not outlive the proxy (and a fixed order keeps seeded runs reproducible).
-                biased;
-                _ = shutting_down(&mut shutdown) => return,
-                _ = tokio::time::sleep(backoff) => {}
-            }
+        // A probe must not outlive the proxy.
+        while sleep_unless_shutdown(&mut shutdown, backoff).await {
             if member.retired() {
                 member.probing.store(false, Ordering::Release);
                 return;
@@ -464,6 +459,16 @@ pub mod path {
 
 /// etcd's answer to a call that requires a leader (`hasleader: true`) while the cluster has none.
 pub const NO_LEADER: &str = "etcdserver: no leader";
+
+/// Sleeps for `period`; false if the proxy began shutting down meanwhile (the periodic tasks then end).
+async fn sleep_unless_shutdown(signal: &mut watch::Receiver<bool>, period: Duration) -> bool {
+    tokio::select! {
+        // A fixed order keeps seeded runs reproducible.
+        biased;
+        _ = shutting_down(signal) => false,
+        _ = tokio::time::sleep(period) => true,
+    }
+}
 
 /// Completes when `signal` turns true (the proxy shuts down); never if its sender is gone without that.
 ///

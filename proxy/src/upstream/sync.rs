@@ -13,7 +13,7 @@ use proto::etcdserverpb::{MemberListRequest, MemberListResponse};
 use tonic::Request;
 
 use super::pool::Member;
-use super::{Replace, Retry, Upstream, path, shutting_down};
+use super::{Replace, Retry, Upstream, path, sleep_unless_shutdown};
 use crate::config::{Endpoint, Scheme};
 
 /// How long one sync may take (clientv3's auto-sync gives its `Sync` 5 s).
@@ -23,13 +23,7 @@ impl Upstream {
     /// Refreshes the endpoints every `every` until the proxy shuts down.
     pub(super) async fn auto_sync(self: Arc<Self>, every: Duration) {
         let mut shutdown = self.shutdown.clone();
-        loop {
-            tokio::select! {
-                // A fixed order keeps seeded runs reproducible.
-                biased;
-                _ = shutting_down(&mut shutdown) => return,
-                _ = tokio::time::sleep(every) => {}
-            }
+        while sleep_unless_shutdown(&mut shutdown, every).await {
             match tokio::time::timeout(SYNC_TIMEOUT, self.member_list()).await {
                 Ok(Ok(list)) => self.follow(&list),
                 Ok(Err(status)) => tracing::warn!(%status, "endpoint sync: MemberList failed"),
