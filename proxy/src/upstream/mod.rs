@@ -186,6 +186,10 @@ impl Upstream {
     /// [`CHOOSE_WAIT`] for the choice, so a call never goes to the endpoint just found failed when a better one is
     /// moments away).
     pub async fn serving(&self) -> Active {
+        let state = *self.active.borrow();
+        if !state.choosing {
+            return self.pick(state);
+        }
         let mut changes = self.active.subscribe();
         let settled = tokio::time::timeout(CHOOSE_WAIT, changes.wait_for(|s| !s.choosing)).await;
         drop(settled);
