@@ -14,8 +14,12 @@
 //! - [`sys`]: `/proc` readings; processes, free ports and HTTP GETs come from the `testkit` crate.
 //! - [`results`], [`report`]: the data model and its outputs.
 //!
+//! `bench failover` ([`failover`]) is a run of its own: a 3-member cluster, each member crashed, hung and
+//! partitioned in turn under load through this proxy, the Go proxy and etcdctl at once.
+//!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.
 
+pub mod failover;
 pub mod load;
 pub mod memory;
 pub mod meter;

@@ -1,5 +1,6 @@
 //! `bench`: runs the side-by-side benchmark and writes `<out-dir>/<name>.json`, `.md` and SVG charts; or, without
-//! running anything, renders an earlier run again (`--render`) or compares two runs (`--compare`).
+//! running anything, renders an earlier run again (`--render`) or compares two runs (`--compare`); or, as
+//! `bench failover`, measures what a member's crash, hang or partition costs each target's clients.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,12 +8,18 @@ use std::process::ExitCode;
 use bench::plan::{EtcdBinary, Plan, Scenario, Sizes, Timing, TlsMode};
 use bench::results::Report;
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args as _, CommandFactory, FromArgMatches, Parser};
+use clap::{ArgMatches, Args as _, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Direct etcd vs etcd's Go grpc-proxy vs etcd-grpc-proxy, same load, alternating runs.
 #[derive(Parser, Debug)]
-#[command(name = "bench")]
+#[command(
+    name = "bench",
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
+    #[command(subcommand)]
+    mode: Option<Mode>,
     /// An etcd to test against, as VERSION=PATH to its `etcd` binary (repeatable); its `grpc-proxy start` is the
     /// Go proxy of that version.
     #[arg(long = "etcd", value_parser = EtcdBinary::parse, required_unless_present_any = ["render", "compare"])]
@@ -69,12 +76,24 @@ struct Args {
     timing: Timing,
 }
 
+/// Runs other than the side-by-side benchmark.
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Crash, hang and partition each member of a 3-member cluster in turn while reading and writing through this
+    /// proxy, etcd's Go proxy and etcdctl at once; prints failed calls per route and this proxy's time to replace
+    /// its active member (see `bench::failover`).
+    Failover(bench::failover::Options),
+}
+
 fn main() -> ExitCode {
     let matches = Args::command().get_matches();
     let args = match Args::from_arg_matches(&matches) {
         Ok(args) => args,
         Err(e) => e.exit(),
     };
+    if let Some(Mode::Failover(options)) = &args.mode {
+        return failover(options);
+    }
     if let Some(message) = overridden_flags(&matches, &args) {
         eprintln!("bench: {message}");
         return ExitCode::from(2);
@@ -138,6 +157,45 @@ fn main() -> ExitCode {
                 eprintln!("bench: etcd {} was not measured: {failure}", v.version);
             }
         }
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `bench failover`: runs, prints the markdown, writes it and the JSON. Ctrl-C ends the run by dropping it, which
+/// kills every process it started.
+fn failover(options: &bench::failover::Options) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("bench: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let command = std::env::var("BENCH_COMMAND")
+        .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            report = bench::failover::run(options, command) => report,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
+        }
+    });
+    let report = match outcome {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("bench failover: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", bench::failover::table::render(&report));
+    match bench::failover::write(&report, &options.out_dir) {
+        Ok(paths) => paths.iter().for_each(|p| eprintln!("{}", p.display())),
+        Err(e) => {
+            eprintln!("bench failover: cannot write the report: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if report.phases.iter().any(|p| p.failure.is_some()) {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
@@ -282,6 +340,21 @@ mod tests {
             tls(&["--tls", "--scenario", "put"]).ok(),
             Some(TlsMode::On),
             "a bare --tls takes no value"
+        );
+    }
+
+    #[test]
+    fn failover_is_a_subcommand_that_needs_no_targets() {
+        let args = Args::try_parse_from(["bench", "failover", "--rounds", "3", "--fault", "hang"])
+            .expect("failover stands alone");
+        let Some(Mode::Failover(options)) = args.mode else {
+            panic!("not the failover mode: {:?}", args.mode);
+        };
+        assert_eq!(options.rounds, 3);
+        assert_eq!(options.faults, vec![bench::failover::FaultKind::Hang]);
+        assert!(
+            Args::try_parse_from(["bench", "--quick", "failover"]).is_err(),
+            "the side-by-side run's flags do not mix with it"
         );
     }
 

@@ -100,6 +100,11 @@ impl GoProxy {
             .await?;
         Ok(Self { addr, process })
     }
+
+    /// `127.0.0.1:PORT` it listens on.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
 }
 
 /// One etcd and the two proxies in front of it. Fields drop in order: the proxies before etcd, whose directory

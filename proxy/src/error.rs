@@ -9,6 +9,11 @@ use tonic::{Code, Status};
 
 use crate::net::ConnectFailed;
 
+/// etcd's answer when a request may or may not have been applied (`ErrTimeoutDueToConnectionLost`): a call whose
+/// connection to etcd broke after it was sent, or that was waiting on an endpoint the proxy has left, gets it.
+/// clientv3 recognises etcd's errors by their exact words.
+pub const OUTCOME_UNKNOWN: &str = "etcdserver: request timed out, possibly due to connection lost";
+
 const TONIC_DECODE_TOO_LARGE: &str = "Error, decoded message length too large: found ";
 
 /// etcd's error for a message larger than the receiver accepts.
@@ -57,6 +62,10 @@ pub fn to_client(status: Status) -> Status {
             Code::Unknown | Code::Internal => Code::Unavailable,
             code => code,
         };
+        if code == Code::Unavailable && !never_sent(&status) {
+            tracing::debug!(%status, "an upstream call broke after it was sent");
+            return Status::unavailable(OUTCOME_UNKNOWN);
+        }
         return Status::new(code, status.message().to_string());
     }
     status
@@ -192,7 +201,12 @@ mod tests {
             std::io::ErrorKind::BrokenPipe,
         )));
         assert_eq!(broken.code(), Code::Unknown, "tonic's view");
-        assert_eq!(to_client(broken).code(), Code::Unavailable);
+        let seen = to_client(broken);
+        assert_eq!(
+            (seen.code(), seen.message()),
+            (Code::Unavailable, OUTCOME_UNKNOWN),
+            "etcd's words for an outcome the proxy cannot know, which clientv3 matches"
+        );
         assert_eq!(
             to_client(Status::unknown("an answer from etcd")).code(),
             Code::Unknown

@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::codec::RawCodec;
 use super::ordering;
 use super::{Active, DEFAULT_RETRY_WINDOW, Forwarded, NO_LEADER, Upstream};
-use crate::error;
+use crate::error::{self, OUTCOME_UNKNOWN};
 
 /// The least a read waits for its endpoint before it is sent to another one as well, however fast reads usually
 /// are: below this, ordinary scheduling delays would double the reads etcd serves.
@@ -32,9 +32,6 @@ pub const HEDGE_DELAY_MIN: Duration = Duration::from_millis(50);
 /// are: a read that etcd takes longer to serve costs a second member that read.
 pub const HEDGE_DELAY_MAX: Duration = Duration::from_millis(500);
 
-/// etcd's answer when a request may or may not have been applied (`ErrTimeoutDueToConnectionLost`): a write that
-/// was waiting on an endpoint the proxy has left gets it.
-pub const OUTCOME_UNKNOWN: &str = "etcdserver: request timed out, possibly due to connection lost";
 
 /// Whether a call may be repeated on another endpoint after an endpoint failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
