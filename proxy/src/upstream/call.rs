@@ -32,7 +32,6 @@ pub const HEDGE_DELAY_MIN: Duration = Duration::from_millis(50);
 /// are: a read that etcd takes longer to serve costs a second member that read.
 pub const HEDGE_DELAY_MAX: Duration = Duration::from_millis(500);
 
-
 /// Whether a call may be repeated on another endpoint after an endpoint failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retry {

@@ -35,8 +35,8 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint as TonicEndpoint};
 
-pub use call::{BoxStream, HEDGE_DELAY_MAX, Retry};
 pub use crate::error::OUTCOME_UNKNOWN;
+pub use call::{BoxStream, HEDGE_DELAY_MAX, Retry};
 pub use choose::CHOOSE_WAIT;
 use choose::Health;
 pub use forward::Forwarded;
