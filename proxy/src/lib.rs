@@ -16,7 +16,8 @@
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
-//! - [`config`], [`cli`]: etcd's flags → [`Config`]. `main.rs` only parses, logs and calls [`run`].
+//! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
+//!   parses, logs, looks up SRV records and calls [`run`].
 //!
 //! Rules that keep the proxy simulable: sockets only through [`net::Net`], time only through `tokio::time`,
 //! randomness only from the seed in [`Config`].

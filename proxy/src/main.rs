@@ -1,4 +1,7 @@
-//! `etcd-grpc-proxy start ...`: parses etcd's flags, sets up logging, and runs the proxy until SIGTERM or SIGINT.
+//! `etcd-grpc-proxy start ...`: parses etcd's flags, sets up logging, looks the endpoints up in DNS for
+//! `--discovery-srv`, and runs the proxy until SIGTERM or SIGINT.
+
+mod srv_sockets;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,6 +52,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(request) = &cli.srv {
+        let found = runtime.block_on(srv_sockets::discover(request));
+        if let Err(err) =
+            found.and_then(|endpoints| proxy::cli::srv::use_endpoints(&mut config, endpoints))
+        {
+            eprintln!("etcd-grpc-proxy: {err}");
+            return ExitCode::FAILURE;
+        }
+    }
     match runtime.block_on(proxy::run(config, Arc::new(TokioNet), shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
 mod discovery;
+pub mod srv;
 mod tls;
 
 use crate::config::{Config, Endpoint, KeepAlive, parse_listen_addr};
@@ -103,13 +104,12 @@ struct StartArgs {
     tls: tls::TlsArgs,
     #[command(flatten)]
     discovery: discovery::DiscoveryArgs,
+    #[command(flatten)]
+    srv: srv::SrvArgs,
 }
 
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
 const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
-    ("discovery-srv", ""),
-    ("discovery-srv-name", ""),
-    ("insecure-discovery", "false"),
     ("enable-pprof", "false"),
     ("experimental-leasing-prefix", ""),
     ("experimental-enable-grpc-logging", "false"),
@@ -126,6 +126,9 @@ pub struct Cli {
     pub worker_threads: usize,
     /// `--max-client-connections` if given; otherwise the caller derives it from the open-file limit.
     pub max_client_connections: Option<usize>,
+    /// `--discovery-srv`: the caller looks the endpoints up ([`srv::discover`]) and puts them in `config`
+    /// ([`srv::use_endpoints`]), which has none until then.
+    pub srv: Option<srv::Request>,
 }
 
 fn command() -> Command {
@@ -163,8 +166,10 @@ where
         .expect("start is the only subcommand and it is required");
     let invalid = |msg: String| cmd.clone().error(clap::error::ErrorKind::InvalidValue, msg);
     reject_unsupported(start).map_err(invalid)?;
+    let endpoints_on_command_line =
+        start.value_source("endpoints") == Some(clap::parser::ValueSource::CommandLine);
     let args = StartArgs::from_arg_matches(start)?;
-    into_config(args, os_seed).map_err(invalid)
+    into_config(args, endpoints_on_command_line, os_seed).map_err(invalid)
 }
 
 fn reject_unsupported(matches: &ArgMatches) -> Result<(), String> {
@@ -182,14 +187,21 @@ fn reject_unsupported(matches: &ArgMatches) -> Result<(), String> {
     Ok(())
 }
 
-fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, String> {
+fn into_config(
+    args: StartArgs,
+    endpoints_on_command_line: bool,
+    os_seed: impl FnOnce() -> u64,
+) -> Result<Cli, String> {
     let endpoints = args
         .endpoints
         .split(',')
         .filter(|e| !e.trim().is_empty())
         .map(Endpoint::parse)
         .collect::<Result<Vec<_>, _>>()?;
-    if endpoints.is_empty() {
+    let srv = srv::apply(args.srv, endpoints_on_command_line && !endpoints.is_empty())?;
+    // With --discovery-srv the endpoints come from DNS, after parsing.
+    let endpoints = if srv.is_some() { Vec::new() } else { endpoints };
+    if endpoints.is_empty() && srv.is_none() {
         return Err("--endpoints: at least one endpoint is required".into());
     }
     let listen_addr =
@@ -256,6 +268,7 @@ fn into_config(args: StartArgs, os_seed: impl FnOnce() -> u64) -> Result<Cli, St
         seed_given,
         worker_threads: args.worker_threads,
         max_client_connections: args.max_client_connections,
+        srv,
     })
 }
 
@@ -500,8 +513,12 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&["start", "--enable-pprof=false", "--discovery-srv="]);
-        for flag in ["--enable-pprof", "--discovery-srv=example.com"] {
+        parse_ok(&[
+            "start",
+            "--enable-pprof=false",
+            "--experimental-leasing-prefix=",
+        ]);
+        for flag in ["--enable-pprof", "--experimental-leasing-prefix=/l"] {
             let err = parse_err(&["start", flag]);
             let name = flag.trim_start_matches("--").split('=').next().unwrap();
             assert!(
