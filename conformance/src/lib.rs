@@ -9,9 +9,10 @@
 //!
 //! - etcd comes from the workspace's `testkit`: 3.4.23, 3.5.1 and 3.5.30 as processes, 3.5.1 and 3.5.30 in
 //!   containers; so do etcdctl, the normaliser, the proxy's release binary and free ports.
-//! - [`profile`]: the flag profiles the proxy runs under (`default`, `namespace`, `tls`), and [`profile::Setup`],
-//!   which starts etcd and the proxy for a profile (TLS on both sides for `tls`, with the run's certificates from
-//!   [`tls`]); [`profile::Endpoint`] tells etcdctl and the Rust clients how to reach a target.
+//! - [`profile`]: the flag profiles the proxy runs under (`default`, `namespace`, `tls`, `chain`), and
+//!   [`profile::Setup`], which starts etcd and the proxy for a profile (TLS on both sides for `tls`, with the run's
+//!   certificates from [`tls`]; for `chain` a proxy in front of a proxy, as [`profile::Proxies`]);
+//!   [`profile::Endpoint`] tells etcdctl and the Rust clients how to reach a target.
 //! - [`target`]: `direct`, `proxy` (the binary, once per profile), `model` (the sim's etcd, in this process).
 //! - [`suite`]: one etcd per backend, version and transport shared by scenarios under their own key prefixes, a
 //!   fresh etcd for scenarios that change cluster-wide state; results per target, profile, backend and version

@@ -13,12 +13,17 @@
 //!   same clients, with a CN-less certificate of etcd's CA), which must in turn answer like direct etcd in the
 //!   clear apart from what TLS itself changes (`crate::suite`'s `TRANSPORT_NEUTRAL`: URL schemes, and `permission
 //!   denied` for `user name is empty`). Two CAs, one per side of the proxy, made per run ([`crate::tls::Pki`]).
+//! - `chain`: a tree of proxies, two deep: a proxy in front of a proxy in front of etcd, each with the flags users
+//!   get when they give none ([`Profile::proxies`] is 2). Clients talk to the front proxy, whose `--endpoints` is
+//!   the back proxy; so every call, watch and keep-alive crosses two proxies, and the front one's coalesced
+//!   upstream streams are the back one's clients: both coalescers must compose and still answer like etcd. In the
+//!   clear.
 //!
 //! A profile that also needs etcd or its clients set up differently (TLS: certificates for etcd and for etcdctl;
 //! chain: a second proxy in front of the first) adds that here, next to its flags, so that every harness using
-//! profiles gets it in one place: [`Setup`] starts etcd and the proxy for a profile, and [`Endpoint`] tells a
-//! client how to reach either. Where a profile keeps keys in etcd ([`Profile::namespace`]) is read from its flags,
-//! so the two cannot disagree.
+//! profiles gets it in one place: [`Setup`] starts etcd and the proxies for a profile, [`Proxies`] keeps them
+//! running together, and [`Endpoint`] tells a client how to reach etcd or the front proxy. Where a profile keeps
+//! keys in etcd ([`Profile::namespace`]) is read from its flags, so the two cannot disagree.
 //!
 //! `CONFORMANCE_PROFILES=a,b` selects profiles by name (`all` for every one); without it every profile runs.
 
@@ -56,6 +61,9 @@ pub struct Profile {
     pub flags: &'static [&'static str],
     /// How etcd, the proxy and the clients talk.
     pub transport: Transport,
+    /// How many proxies stand in a row between the clients and etcd, each started with `flags` and each the
+    /// previous one's only endpoint: 1, or 2 for a proxy in front of a proxy (`chain`).
+    pub proxies: usize,
 }
 
 /// Every profile, in report order.
@@ -64,26 +72,37 @@ pub const ALL: &[Profile] = &[
         name: "default",
         flags: &[],
         transport: Transport::Plain,
+        proxies: 1,
     },
     Profile {
         name: "namespace",
         flags: &["--namespace=/conformance-ns/"],
         transport: Transport::Plain,
+        proxies: 1,
     },
     Profile {
         name: "tls",
         flags: &[],
         transport: Transport::Tls,
+        proxies: 1,
+    },
+    Profile {
+        name: "chain",
+        flags: &[],
+        transport: Transport::Plain,
+        proxies: 2,
     },
 ];
 
 impl Profile {
-    /// The prefix under which etcd keeps the keys a client gives the proxy: its `--namespace` (empty: none).
-    pub fn namespace(&self) -> &'static str {
+    /// The prefix under which etcd keeps the keys a client gives the proxy: its `--namespace` (empty: none), once
+    /// per proxy in the row, since each of them prefixes what it forwards.
+    pub fn namespace(&self) -> String {
         self.flags
             .iter()
             .find_map(|f| f.strip_prefix("--namespace="))
             .unwrap_or("")
+            .repeat(self.proxies)
     }
 }
 
@@ -139,14 +158,18 @@ impl Setup {
     }
 
     /// Starts the proxy's release binary (what users run) in front of `etcd` with `profile`'s flags, those of its
-    /// transport, then `extra` (a case's own flags, e.g. a smaller `--max-send-bytes`), on a free loopback port.
-    /// `etcd` must run on the profile's transport.
+    /// transport, then `extra` (a case's own flags, e.g. a smaller `--max-send-bytes`), on a free loopback port;
+    /// as many of them in a row as the profile has [`Profile::proxies`], each started with the same flags (an
+    /// operator configures every proxy of a tree alike, `extra` included: a `--max-send-bytes` matching etcd's
+    /// request limit is true of each) and each the next one's only endpoint. `etcd` must run on the profile's
+    /// transport. Each proxy is healthy before the next starts (the kit waits for its `/health`), so the front
+    /// one finds its upstream up.
     pub async fn start_proxy(
         &self,
         profile: &Profile,
         etcd: &Etcd,
         extra: &[&str],
-    ) -> Result<ProxyProcess, String> {
+    ) -> Result<Proxies, String> {
         let pki = self.pki(profile.transport)?;
         if pki.is_some() != etcd.tls().is_some() {
             return Err(format!(
@@ -156,14 +179,57 @@ impl Setup {
                 etcd.endpoint()
             ));
         }
+        if profile.proxies == 0 {
+            return Err(format!("the {} profile has no proxy", profile.name));
+        }
+        // A proxy in front of a TLS proxy would need a client certificate of the proxy CA towards its upstream,
+        // which the run does not make; no profile asks for it.
+        if profile.proxies > 1 && pki.is_some() {
+            return Err(format!(
+                "the {} profile: a row of {} proxies runs in the clear only",
+                profile.name, profile.proxies
+            ));
+        }
         let bin = testkit::proxy::binary()?;
         let mut flags: Vec<String> = profile.flags.iter().map(|f| f.to_string()).collect();
         flags.extend(pki.iter().flat_map(|p| p.proxy_flags()));
         flags.extend(extra.iter().map(|f| f.to_string()));
         let client = pki.map(|p| p.proxy_clients.clone());
-        ProxyProcess::start_with(&bin, &[etcd.endpoint()], &flags, &[], client)
-            .await
-            .map_err(|e| format!("the proxy ({} profile): {e}", profile.name))
+        // From etcd outwards: the first proxy's upstream is etcd, every later one's the proxy started before it.
+        let mut started: Vec<ProxyProcess> = Vec::with_capacity(profile.proxies);
+        for n in 1..=profile.proxies {
+            let upstream = started
+                .last()
+                .map_or_else(|| etcd.endpoint(), |p| p.endpoint());
+            let proxy = ProxyProcess::start_with(&bin, &[upstream], &flags, &[], client.clone())
+                .await
+                .map_err(|e| {
+                    format!(
+                        "the proxy ({} profile, {n} of {} from etcd): {e}",
+                        profile.name, profile.proxies
+                    )
+                })?;
+            started.push(proxy);
+        }
+        // Front first: dropped (killed) in that order, no proxy is left running without its upstream.
+        started.reverse();
+        Ok(Proxies { row: started })
+    }
+}
+
+/// The proxies of one profile, running together in a row in front of etcd ([`Setup::start_proxy`]): one, or for
+/// `chain` a proxy in front of a proxy. Clients talk to the front one ([`Endpoint::proxy`]). Dropping it kills
+/// every one of them, the front one first (the kit's [`ProxyProcess`] kills on drop, and prints its log tail
+/// first during a panic).
+pub struct Proxies {
+    /// Never empty; the front proxy (the one clients talk to) first, the one in front of etcd last.
+    row: Vec<ProxyProcess>,
+}
+
+impl Proxies {
+    /// The proxy the clients talk to.
+    pub fn front(&self) -> &ProxyProcess {
+        &self.row[0]
     }
 }
 
@@ -185,11 +251,13 @@ impl Endpoint {
         }
     }
 
-    /// The proxy, presenting the certificate it was started for.
-    pub fn proxy(proxy: &ProxyProcess) -> Endpoint {
+    /// The front proxy of a profile's row (the only one but for `chain`), presenting the certificate it was
+    /// started for.
+    pub fn proxy(proxies: &Proxies) -> Endpoint {
+        let front = proxies.front();
         Endpoint {
-            endpoint: proxy.endpoint(),
-            tls: proxy.client_tls().cloned(),
+            endpoint: front.endpoint(),
+            tls: front.client_tls().cloned(),
         }
     }
 
@@ -266,10 +334,26 @@ mod tests {
     }
 
     #[test]
-    fn a_profile_keeps_keys_under_its_namespace_flag() {
+    fn a_profile_keeps_keys_under_its_namespace_flag_once_per_proxy() {
         let namespaced = ALL.iter().find(|p| p.name == "namespace").unwrap();
         assert_eq!(namespaced.namespace(), "/conformance-ns/");
         assert_eq!(ALL[0].namespace(), "");
+        let two_deep = Profile {
+            proxies: 2,
+            ..*namespaced
+        };
+        assert_eq!(two_deep.namespace(), "/conformance-ns//conformance-ns/");
+    }
+
+    #[test]
+    fn chain_is_two_default_proxies_in_the_clear_and_every_other_profile_one() {
+        let chain = ALL.iter().find(|p| p.name == "chain").unwrap();
+        assert_eq!(
+            (chain.flags, chain.transport, chain.proxies),
+            (&[][..], Transport::Plain, 2)
+        );
+        assert_eq!(chain.namespace(), "");
+        assert!(ALL.iter().all(|p| p.proxies == 1 || p.name == "chain"));
     }
 
     #[test]

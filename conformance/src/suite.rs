@@ -1,9 +1,9 @@
-//! The whole run for one backend and version: one shared etcd per transport (with one proxy per flag profile of
-//! that transport in front of it) for the scenarios that stay under their own key prefix, a fresh etcd per target
-//! for the scenarios that change cluster-wide state (`@own-etcd`); `direct` (in the clear) is checked against its
-//! insta snapshot, direct etcd on another transport (TLS) against `direct`, beyond what the transport changes
-//! (`TRANSPORT_NEUTRAL`); the proxy under every profile against direct etcd on the profile's transport, and the
-//! model against `direct`.
+//! The whole run for one backend and version: one shared etcd per transport (with the proxies of every flag profile
+//! of that transport in front of it: one each, two in a row for `chain`) for the scenarios that stay under their
+//! own key prefix, a fresh etcd per target for the scenarios that change cluster-wide state (`@own-etcd`); `direct`
+//! (in the clear) is checked against its insta snapshot, direct etcd on another transport (TLS) against `direct`,
+//! beyond what the transport changes (`TRANSPORT_NEUTRAL`); the proxy under every profile against direct etcd on
+//! the profile's transport, and the model against `direct`.
 //!
 //! Besides its answers, a run through the proxy must leave etcd holding what the direct run left (read on etcd
 //! itself, under the profile's namespace: see [`runner::Stored`]); and on a fresh etcd it must start at the
@@ -168,7 +168,7 @@ fn place(
     let prefix = prefix(sc, lane);
     let namespace = match lane {
         Lane::Proxy(p) => p.namespace(),
-        Lane::Direct(_) | Lane::Model => "",
+        Lane::Direct(_) | Lane::Model => String::new(),
     };
     let stored = etcd.map(|etcd| Stored {
         ctl: Endpoint::etcd(etcd).etcdctl(binaries),
@@ -683,6 +683,7 @@ mod tests {
         name: "namespace",
         flags: &["--namespace=/ns/"],
         transport: Transport::Plain,
+        proxies: 1,
     };
 
     #[test]

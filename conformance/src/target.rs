@@ -1,6 +1,7 @@
 //! The three things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy binary in front
-//! of that etcd, once per flag profile) and `model` (the simulation's model etcd served over loopback TCP, in this
-//! process). etcd and the proxy are started for a profile by [`crate::profile::Setup`].
+//! of that etcd, once per flag profile; under `chain` a second one in front of the first) and `model` (the
+//! simulation's model etcd served over loopback TCP, in this process). etcd and the proxy are started for a profile
+//! by [`crate::profile::Setup`].
 
 use std::fmt;
 use std::net::SocketAddr;

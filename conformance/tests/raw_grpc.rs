@@ -862,7 +862,8 @@ async fn fragmented_watch_responses_match_etcd_with_the_same_small_limit() {
         name: "fragment-small-limit",
         etcd_flags: &["--max-request-bytes=4096"],
         // The proxy cannot learn etcd's limit: an operator gives it the same number as --max-send-bytes (the
-        // proxy's counterpart of etcd's request limit: the largest request it forwards to etcd).
+        // proxy's counterpart of etcd's request limit: the largest request it forwards to etcd); under `chain`
+        // every proxy of the row gets it, as an operator would give it to each.
         proxy_flags: &["--max-send-bytes=4096"],
         model_unsupported: Some("the model does not fragment watch responses"),
         model_defect: None,
