@@ -1,15 +1,19 @@
 //! Fault schedules drawn from the seed, and their application to a running turmoil simulation.
 //!
 //! A schedule is a time-ordered list of [`Fault`]s. [`FaultProfile`] says which kinds may occur and keeps the
-//! "at least one member reachable from the proxy" promise: a member is impaired when it is crashed or its link with
-//! the proxy is cut (either direction) or held, and the generator never impairs the last healthy member. Every
-//! fault is healed before the quiet period at the end of the run, so that the checkers can demand convergence.
+//! "at least one member reachable from the proxy" promise: a member is impaired when it is crashed or hung or its
+//! link with the proxy is cut (either direction) or held, and the generator never impairs the last healthy member.
+//! Every fault is healed before the quiet period at the end of the run, so that the checkers can demand convergence.
+//!
+//! Network faults act on turmoil; a member's process faults (crash, hang) also tell the model's [`Cluster`], which
+//! moves the leader off a member that can no longer lead and stops a hung member's connections.
 
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::model::Cluster;
 use crate::topology::{PROXY_HOST, member_host};
 
 /// One change to the simulated world.
@@ -19,6 +23,11 @@ pub enum Fault {
     Crash(usize),
     /// Starts a crashed member again (same store: the model's state is shared).
     Restart(usize),
+    /// Stops a member's process as SIGSTOP does: its listener still accepts and its connections stay open, but it
+    /// reads nothing and answers nothing (not even HTTP/2 pings) until resumed.
+    Hang(usize),
+    /// Resumes a hung member (SIGCONT): it serves what it had read and carries on.
+    Resume(usize),
     /// Cuts the proxy↔member link both ways.
     Partition(usize),
     /// Cuts only the proxy→member direction (`to_member`) or the member→proxy direction.
@@ -57,6 +66,8 @@ pub struct FaultProfile {
     pub start: Duration,
     pub quiet_from: Duration,
     pub crashes: bool,
+    /// Members hang (and resume).
+    pub hangs: bool,
     pub partitions: bool,
     pub holds: bool,
     pub latency: bool,
@@ -75,6 +86,7 @@ impl FaultProfile {
             start: Duration::ZERO,
             quiet_from: Duration::ZERO,
             crashes: false,
+            hangs: false,
             partitions: false,
             holds: false,
             latency: false,
@@ -94,6 +106,7 @@ pub struct FaultPlan {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Impairment {
     Crashed,
+    Hung,
     Cut,
     Held,
 }
@@ -109,6 +122,9 @@ impl FaultPlan {
         let mut kinds: Vec<&str> = Vec::new();
         if profile.crashes {
             kinds.push("crash");
+        }
+        if profile.hangs {
+            kinds.push("hang");
         }
         if profile.partitions {
             kinds.extend(["partition", "oneway"]);
@@ -150,6 +166,13 @@ impl FaultPlan {
                         impaired[m] = Some((until, Impairment::Crashed));
                         faults.push(at(now, Fault::Crash(m)));
                         faults.push(at(until, Fault::Restart(m)));
+                    }
+                }
+                "hang" => {
+                    if let Some(m) = pick_victim(&mut rng) {
+                        impaired[m] = Some((until, Impairment::Hung));
+                        faults.push(at(now, Fault::Hang(m)));
+                        faults.push(at(until, Fault::Resume(m)));
                     }
                 }
                 "partition" | "oneway" => {
@@ -220,11 +243,20 @@ fn at(at: Duration, fault: Fault) -> Scheduled {
     Scheduled { at, fault }
 }
 
-/// Applies one fault to the simulation. Returns a line for the trace.
-pub fn apply(sim: &mut turmoil::Sim<'_>, fault: &Fault) -> String {
+/// Applies one fault to the simulation and to the model `cluster` it serves. Returns a line for the trace.
+pub fn apply(sim: &mut turmoil::Sim<'_>, cluster: &Cluster, fault: &Fault) -> String {
     match fault {
-        Fault::Crash(m) => sim.crash(member_host(*m)),
-        Fault::Restart(m) => sim.bounce(member_host(*m)),
+        Fault::Crash(m) => {
+            sim.crash(member_host(*m));
+            cluster.crashed(*m);
+        }
+        Fault::Restart(m) => {
+            sim.bounce(member_host(*m));
+            cluster.restarted(*m);
+        }
+        // Not a network fault: the member's serving loop stops its own connections (see `model::process`).
+        Fault::Hang(m) => cluster.hang(*m),
+        Fault::Resume(m) => cluster.resume(*m),
         Fault::Partition(m) => sim.partition(PROXY_HOST, member_host(*m)),
         Fault::PartitionOneWay { member, to_member } => {
             if *to_member {
@@ -261,6 +293,7 @@ mod tests {
             start: Duration::from_millis(500),
             quiet_from: Duration::from_secs(20),
             crashes: true,
+            hangs: true,
             partitions: true,
             holds: true,
             latency: true,
@@ -290,9 +323,13 @@ mod tests {
             for scheduled in &plan.faults {
                 assert!(scheduled.at <= profile().quiet_from, "seed {seed}");
                 match scheduled.fault {
-                    Fault::Crash(m) | Fault::Partition(m) | Fault::Hold(m) => impaired[m] = true,
+                    Fault::Crash(m) | Fault::Hang(m) | Fault::Partition(m) | Fault::Hold(m) => {
+                        impaired[m] = true
+                    }
                     Fault::PartitionOneWay { member, .. } => impaired[member] = true,
-                    Fault::Restart(m) | Fault::Repair(m) | Fault::Release(m) => impaired[m] = false,
+                    Fault::Restart(m) | Fault::Resume(m) | Fault::Repair(m) | Fault::Release(m) => {
+                        impaired[m] = false
+                    }
                     _ => {}
                 }
                 assert!(
@@ -302,6 +339,42 @@ mod tests {
                 );
             }
             assert!(impaired.iter().all(|i| !i), "seed {seed}: not healed");
+        }
+    }
+
+    #[test]
+    fn plans_draw_every_kind_of_fault() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..50 {
+            for scheduled in FaultPlan::generate(seed, &profile()).faults {
+                seen.insert(match scheduled.fault {
+                    Fault::Crash(_) => "crash",
+                    Fault::Hang(_) => "hang",
+                    Fault::Partition(_) => "partition",
+                    Fault::PartitionOneWay {
+                        to_member: true, ..
+                    } => "cut towards the member",
+                    Fault::PartitionOneWay {
+                        to_member: false, ..
+                    } => "cut towards the proxy",
+                    Fault::Hold(_) => "hold",
+                    Fault::Latency { .. } => "latency",
+                    Fault::Jitter(_) => "jitter",
+                    _ => "an end",
+                });
+            }
+        }
+        for kind in [
+            "crash",
+            "hang",
+            "partition",
+            "cut towards the member",
+            "cut towards the proxy",
+            "hold",
+            "latency",
+            "jitter",
+        ] {
+            assert!(seen.contains(kind), "no {kind} in 50 plans: {seen:?}");
         }
     }
 }

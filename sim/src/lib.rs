@@ -7,17 +7,17 @@
 //! [`scenario::Report`] (seed, [`trace`] digest, violations, worst revision lag).
 //!
 //! - [`net`]: [`net::TurmoilNet`], the proxy's `Net` seam over turmoil.
-//! - [`model`]: the model etcd (one MVCC store shared by several members, leases on virtual time, watch) served as
-//!   etcd's real tonic services on any listener ([`model::serve`]); also used over real TCP by the conformance
-//!   suite.
+//! - [`model`]: the model etcd (one MVCC store shared by several members, leases on virtual time, watch, a leader,
+//!   members that crash or hang) served as etcd's real tonic services on any listener ([`model::serve`]); also used
+//!   over real TCP by the conformance suite.
 //! - [`topology`]: host names and ports; tonic channels and `etcd-client` clients over the simulated network,
 //!   plaintext or TLS ([`topology::Dialer`]).
 //! - [`tls`]: TLS in a world, on every connection: `Settings { tls: Some(TlsFiles { .. }), .. }` makes the members
 //!   serve TLS (client certificates required), the proxy serve and dial TLS (`server_tls`, `upstream_tls`), and
 //!   [`world::World::dialer`] dial TLS; the handshakes run above the `Net` seam, over turmoil. The PEM files come
 //!   from the test (`tests/tls.rs` makes them with `testkit::pki`).
-//! - [`fault`]: seeded fault plans (crash/restart, partitions both ways and one way, held links, latency and
-//!   jitter, proxy restarts) and their application.
+//! - [`fault`]: seeded fault plans (crash/restart, hang/resume, partitions both ways and one way, held links,
+//!   latency and jitter, proxy restarts) and their application.
 //! - [`world`]: one simulated world (one proxy, or several with their own configurations) and its run loop; stops
 //!   the proxies at the end and counts their leftover tasks.
 //! - [`scenario`]: the scenarios and their clients (watchers, callers, lease keepers, direct writers).

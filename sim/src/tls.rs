@@ -94,7 +94,9 @@ impl TlsFiles {
         self.client_of(&self.client, true)
     }
 
-    /// Turns TLS on in a proxy configuration, on both sides.
+    /// Turns TLS on in a proxy configuration, on both sides: the flags a user sets for it, `--cert-file`,
+    /// `--key-file` and `--trusted-ca-file` towards clients, `https://` endpoints with `--cacert`, `--cert` and
+    /// `--key` towards etcd.
     pub fn configure_proxy(&self, config: &mut proxy::Config) {
         config.server_tls = Some(self.proxy_server());
         config.upstream_tls = Some(self.proxy_upstream());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::fault::{self, Fault, FaultPlan, FaultProfile};
+use crate::fault::{self, FaultPlan, FaultProfile};
 use crate::model::{self, Cluster};
 use crate::net::TurmoilNet;
 use crate::tls::TlsFiles;
@@ -113,17 +113,17 @@ async fn wait_for_tasks_to_end() -> usize {
     }
 }
 
-/// The proxy configuration the simulation runs: etcd's defaults, plus HTTP/2 keep-alive towards etcd so that a
-/// partitioned member is noticed (the production flag `--dial-keepalive-time`).
+/// The proxy configuration the simulation runs: the defaults `etcd-grpc-proxy start --endpoints=m0:2379,...`
+/// gets, nothing else (no shortened dial timeout, no upstream keep-alive): a hung or cut-off member must be found
+/// out the way a user's proxy finds it out. A scenario that needs a flag sets it on the result and names the flag.
 pub fn proxy_config(seed: u64, members: usize) -> proxy::Config {
     let endpoints = (0..members)
         .map(|m| proxy::Endpoint::parse(&topology::member_authority(m)).expect("valid endpoint"))
         .collect();
     let mut config = proxy::Config::new(endpoints, topology::listen_addr(PROXY_PORT), seed);
-    config.dial_timeout = Duration::from_secs(1);
-    config.upstream_keepalive.interval = Some(Duration::from_millis(500));
-    config.upstream_keepalive.timeout = Duration::from_millis(500);
-    config.upstream_keepalive.while_idle = true;
+    // Not a flag: no user can set it (the binary always waits 10 s). It bounds only how long the stop at the end
+    // of a run waits for calls still in flight, so it must fit in SHUTDOWN_LIMIT; nothing a checker judges
+    // happens after the clients are done.
     config.shutdown_grace = Duration::from_secs(2);
     config
 }
@@ -263,11 +263,8 @@ impl<'a> World<'a> {
         loop {
             let now = self.sim.elapsed();
             for scheduled in self.plan.take_due(now) {
-                let line = fault::apply(&mut self.sim, &scheduled.fault);
-                if matches!(scheduled.fault, Fault::Restart(_)) {
-                    // A member that comes back is a leader election away from serving: a new term.
-                    self.cluster.bump_term();
-                }
+                // A crash or hang also moves the model's leader (a new term) if it led.
+                let line = fault::apply(&mut self.sim, &self.cluster, &scheduled.fault);
                 // Also a log event, so that `RUST_LOG=proxy=debug,sim=info` interleaves faults with the proxy's logs.
                 tracing::info!(at = format!("{:.3}s", now.as_secs_f64()), "{line}");
                 self.trace.record_at(now, line);

@@ -421,6 +421,7 @@ fn lease_client(stopped_at: Option<f64>) -> LeaseClientLog {
         ttl: secs(3.0),
         interval: secs(0.7),
         stopped_at: stopped_at.map(secs),
+        last_request_at: Some(secs(stopped_at.unwrap_or(5.0))),
     }
 }
 
@@ -442,6 +443,20 @@ fn lease_checker_catches_an_early_expiry() {
     );
     let kept = lease_history(None, &[(0.0, 5.0)]);
     assert!(check_leases(&kept, &[lease_client(None)], 1, secs(8.0)).is_empty());
+    // A lease kept alive to the end of its client's run (last asked at 5 s) may expire TTL after the last request,
+    // while the world runs on; not a moment earlier.
+    let after_the_end = lease_history(Some((secs(8.0), LeaseEnd::Expired)), &[(0.0, 5.0)]);
+    assert!(check_leases(&after_the_end, &[lease_client(None)], 1, secs(9.0)).is_empty());
+    let just_before = lease_history(Some((secs(7.9), LeaseEnd::Expired)), &[(0.0, 5.0)]);
+    assert_eq!(
+        check_leases(&just_before, &[lease_client(None)], 1, secs(9.0)).len(),
+        1
+    );
+    let revoked = lease_history(Some((secs(8.0), LeaseEnd::Revoked)), &[(0.0, 5.0)]);
+    assert_eq!(
+        check_leases(&revoked, &[lease_client(None)], 1, secs(9.0)).len(),
+        1
+    );
 }
 
 #[test]
@@ -476,6 +491,16 @@ fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
     let parallel = lease_history(None, &[(0.0, 3.5), (2.0, 5.0)]);
     assert_eq!(
         check_leases(&parallel, &[lease_client(None)], 1, secs(8.0)).len(),
+        1
+    );
+    // A stream the member saw opened, used and closed at one instant (given up before a hung member resumed and
+    // read it) was not in use beside the one that started then; one that lived on was.
+    let mut resumed = lease_history(None, &[(3.0, 3.0), (3.0, 5.0)]);
+    resumed.streams[0].closed_at = Some(secs(3.0));
+    assert!(check_leases(&resumed, &[lease_client(None)], 1, secs(8.0)).is_empty());
+    resumed.streams[0].closed_at = Some(secs(3.1));
+    assert_eq!(
+        check_leases(&resumed, &[lease_client(None)], 1, secs(8.0)).len(),
         1
     );
 }

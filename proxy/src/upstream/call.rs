@@ -243,8 +243,8 @@ impl Upstream {
 
     /// A read on the active endpoint `pick`, sent to another endpoint as well if it is not answered within the
     /// usual answer time (learnt from earlier reads): a hung member costs a read that delay, not the client's
-    /// deadline. The first answer wins; the other attempt is dropped, which cancels it. An attempt that fails
-    /// because its endpoint cannot serve leaves the field to the other.
+    /// deadline. The first answer wins; the other attempt is dropped, which cancels it (see [`first_answer`] for
+    /// a failure).
     async fn hedged<Resp, A, Fut>(
         &self,
         pick: Active,
@@ -274,7 +274,7 @@ impl Upstream {
                     );
                     let second = attempt_on(self.member(other));
                     tokio::pin!(second);
-                    first_useful(first, second).await
+                    first_answer(first, second).await
                 }
             },
         };
@@ -381,9 +381,10 @@ impl<Resp> Relay<Resp> {
     }
 }
 
-/// The first of two attempts to give an answer that is not its endpoint's failure; if both fail, the second
-/// failure.
-async fn first_useful<Resp, A, B>(
+/// The first answer of two attempts, even when it is its endpoint's failure (or the proxy left that endpoint): the
+/// retry loop then sends the read again, to the endpoint active now. Waiting on for the other attempt instead could
+/// wait on a member gone silent behind a dead connection, until the client's deadline.
+async fn first_answer<Resp, A, B>(
     first: Pin<&mut A>,
     second: Pin<&mut B>,
 ) -> (Active, Result<Response<Resp>, Status>)
@@ -391,18 +392,10 @@ where
     A: Future<Output = (Active, Result<Response<Resp>, Status>)>,
     B: Future<Output = (Active, Result<Response<Resp>, Status>)>,
 {
-    let useful = |answer: &(Active, Result<Response<Resp>, Status>)| match &answer.1 {
-        Ok(_) => true,
-        Err(status) => !error::is_endpoint_failure(status),
-    };
     let (mut first, mut second) = (first, second);
-    let (first_done, other) = tokio::select! {
+    tokio::select! {
         biased;
-        answer = &mut first => (answer, true),
-        answer = &mut second => (answer, false),
-    };
-    if useful(&first_done) {
-        return first_done;
+        answer = &mut first => answer,
+        answer = &mut second => answer,
     }
-    if other { second.await } else { first.await }
 }

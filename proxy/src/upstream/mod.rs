@@ -214,7 +214,7 @@ impl Upstream {
         Active {
             index: state.index,
             epoch: state.epoch,
-            channel: self.members.get(state.index).channel.clone(),
+            channel: self.members.get(state.index).channel(),
         }
     }
 
@@ -224,7 +224,7 @@ impl Upstream {
         Active {
             index,
             epoch: u64::MAX,
-            channel: self.members.get(index).channel.clone(),
+            channel: self.members.get(index).channel(),
         }
     }
 

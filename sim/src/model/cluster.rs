@@ -1,6 +1,7 @@
 //! [`Cluster`]: the handle every member and the checkers share. It owns the store behind a lock, the identities
 //! (cluster ID, member IDs, raft term), the seeded source of lease IDs, the virtual clock, a signal that wakes
-//! watch streams whenever the store changes, and the census of live watchers ([`WatchCensus`]).
+//! watch streams whenever the store changes, the census of live watchers ([`WatchCensus`]), and the members'
+//! processes as the faults leave them (crashed, hung) with the leader they elect ([`super::process`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,6 +14,7 @@ use tokio::sync::watch;
 
 use super::census::{Registry, WatchCensus, WatchedRange};
 use super::history::{History, StreamKind, StreamRecord};
+use super::process::{self, Leadership, Pause};
 use super::store::Store;
 
 /// etcd's default interval of progress notifications for watchers that asked for them.
@@ -39,6 +41,10 @@ struct Shared {
     progress_interval: Mutex<Duration>,
     /// Live watchers per Watch stream (see [`WatchCensus`]).
     census: Mutex<Registry>,
+    /// Which members crashed or hang, and who leads.
+    leadership: Mutex<Leadership>,
+    /// Per member: when it was stopped (hung); its connections and timers wait on it.
+    pauses: Vec<watch::Sender<Pause>>,
 }
 
 impl Cluster {
@@ -47,7 +53,7 @@ impl Cluster {
         assert!(members > 0, "a cluster has at least one member");
         let mut rng = StdRng::seed_from_u64(seed);
         let cluster_id = rng.random::<u64>() | 1;
-        let members = (0..members)
+        let members: Vec<Member> = (0..members)
             .map(|i| Member {
                 id: rng.random::<u64>() | 1,
                 name: format!("m{i}"),
@@ -57,6 +63,7 @@ impl Cluster {
             })
             .collect();
         let lease_seed = rng.random::<u64>();
+        let count = members.len();
         Self {
             shared: Arc::new(Shared {
                 store: Mutex::new(Store::new()),
@@ -69,6 +76,8 @@ impl Cluster {
                 last_sim_nanos: AtomicU64::new(0),
                 progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
                 census: Mutex::new(Registry::default()),
+                leadership: Mutex::new(Leadership::new(count)),
+                pauses: process::pause_signals(count),
             }),
         }
     }
@@ -107,9 +116,65 @@ impl Cluster {
         self.shared.raft_term.load(Ordering::Acquire)
     }
 
-    /// A new term, as after a leader election (the simulation calls it when a member restarts).
+    /// A new term, as after a leader election.
     pub fn bump_term(&self) {
         self.shared.raft_term.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The member that leads, if any member can (one that runs and is not hung).
+    pub fn leader(&self) -> Option<usize> {
+        lock(&self.shared.leadership).leader()
+    }
+
+    /// The leader's member ID as Status reports it: 0 when there is none.
+    pub fn leader_id(&self) -> u64 {
+        self.leader().map_or(0, |leader| self.member_id(leader))
+    }
+
+    /// Member `member`'s process was killed (its host crashed): it cannot lead; it is no longer hung.
+    pub fn crashed(&self, member: usize) {
+        self.set_process(member, true, false);
+    }
+
+    /// Member `member`'s process started again.
+    pub fn restarted(&self, member: usize) {
+        self.set_process(member, false, false);
+    }
+
+    /// Member `member`'s process is stopped as by SIGSTOP: its connections stay open, it answers nothing and
+    /// cannot lead.
+    pub fn hang(&self, member: usize) {
+        self.set_process(member, false, true);
+    }
+
+    /// Member `member`'s stopped process carries on (SIGCONT).
+    pub fn resume(&self, member: usize) {
+        self.set_process(member, false, false);
+    }
+
+    /// Whether member `member` is hung right now.
+    pub fn is_hung(&self, member: usize) -> bool {
+        self.shared.pauses[member].borrow().is_hung()
+    }
+
+    /// Member `member`'s pause signal: what [`process::WhileRunning`] and [`process::ProcessTimer`] wait on.
+    pub fn pauses(&self, member: usize) -> watch::Receiver<Pause> {
+        self.shared.pauses[member].subscribe()
+    }
+
+    fn set_process(&self, member: usize, crashed: bool, hung: bool) {
+        let now = self.now();
+        self.shared.pauses[member].send_if_modified(|pause| {
+            let before = *pause;
+            match hung {
+                true => pause.hang(now),
+                false => pause.resume(now),
+            }
+            *pause != before
+        });
+        if lock(&self.shared.leadership).set(member, crashed, hung) {
+            self.bump_term();
+        }
     }
 
     /// Virtual time: the simulation's clock inside turmoil, tokio's clock since creation elsewhere. Between the

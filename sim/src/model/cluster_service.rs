@@ -1,5 +1,6 @@
-//! The Cluster and Maintenance services of one member: MemberList and Status with the cluster's identities and
-//! raft term; Alarm answers "no alarms"; membership changes and the other maintenance calls are Unimplemented.
+//! The Cluster and Maintenance services of one member: MemberList and Status with the cluster's identities, raft
+//! term and leader; Alarm answers "no alarms"; membership changes and the other maintenance calls are
+//! Unimplemented.
 
 use proto::etcdserverpb::cluster_server::Cluster as ClusterApi;
 use proto::etcdserverpb::maintenance_server::Maintenance;
@@ -89,8 +90,8 @@ impl Maintenance for MaintenanceService {
             header: Some(self.cluster.header(self.member, revision)),
             version: MODEL_VERSION.to_string(),
             db_size: 20480,
-            // The first member leads: the model has no elections, only the term moves.
-            leader: self.cluster.member_id(0),
+            // A member that answers runs, so some member can lead (see `process::Leadership`).
+            leader: self.cluster.leader_id(),
             raft_index: revision as u64,
             raft_term: term,
             raft_applied_index: revision as u64,

@@ -5,6 +5,7 @@
 //! - [`store`], [`txn`], [`lease`]: the state and its operations, synchronous and deterministic.
 //! - [`history`]: what the checkers read (revisions, compactions, leases, upstream streams, key ranges named).
 //! - [`census`]: the live watchers per member, stream and range, at any instant.
+//! - [`process`]: a member crashed or hung (stopped as by SIGSTOP), and the leader the others elect.
 //! - [`errors`]: etcd's exact error statuses.
 //! - `*_service`: one file per etcd service; [`serve`] puts them on a listener.
 
@@ -17,6 +18,7 @@ pub mod keyspace;
 mod kv_service;
 pub mod lease;
 mod lease_service;
+pub mod process;
 mod serve;
 pub mod store;
 pub mod txn;

@@ -1,34 +1,43 @@
 //! Serving one member: the model's tonic services on a listener from any `Net` (turmoil in the simulation, real
 //! TCP for the conformance suite), in plaintext or over TLS, plus the task that expires leases on time.
+//!
+//! Connections are served here with hyper's HTTP/2 server (as tonic's `Server` does, with its settings) rather than
+//! by tonic's `Server`, so that a hung member ([`Cluster::hang`]) can be stopped as a process is: the accept loop
+//! goes on (the kernel completes TCP handshakes), while every connection, its TLS handshake included, runs inside
+//! [`WhileRunning`] and hyper's keep-alive timers run on the member's [`ProcessTimer`].
 
 use std::future::Future;
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use proto::etcdserverpb::cluster_server::ClusterServer;
 use proto::etcdserverpb::kv_server::KvServer;
 use proto::etcdserverpb::lease_server::LeaseServer;
 use proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use proto::etcdserverpb::watch_server::WatchServer;
-use proxy::net::{BoxFuture, Conn, Listener};
+use proxy::net::{Conn, Listener};
 use proxy::tls::ServerTls;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
-use tonic::transport::server::Connected;
+use tokio::task::JoinSet;
+use tonic::service::Routes;
+use tower::ServiceExt;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, stopped};
 use super::cluster_service::{ClusterService, MaintenanceService};
 use super::kv_service::KvService;
 use super::lease_service::LeaseService;
+use super::process::{ProcessTimer, WhileRunning};
 use super::watch_service::WatchService;
 
 /// How often the expiry task looks at the leases when none is due sooner.
 const EXPIRY_IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// How long HTTP/2 waits for a keep-alive ping's acknowledgement when [`ServeOptions::keepalive`] does not say
+/// (hyper's and etcd's default).
+const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How a member serves, beyond etcd's defaults.
 #[derive(Clone, Default)]
@@ -52,7 +61,9 @@ impl std::fmt::Debug for ServeOptions {
 }
 
 /// Serves member `member` of `cluster` on `listener` until `shutdown` completes; then ends every Watch and
-/// keep-alive stream and stops. Services the model does not implement (Auth, Election, Lock) answer Unimplemented.
+/// keep-alive stream, closes every connection gracefully (a hung member does so once resumed, as a stopped process
+/// handles its SIGTERM after SIGCONT) and stops. Services the model does not implement (Auth, Election, Lock)
+/// answer Unimplemented. Never fails; the error type is what tonic's `Server` returned, which callers expect.
 pub async fn serve(
     cluster: Cluster,
     member: usize,
@@ -66,59 +77,141 @@ pub async fn serve(
 pub async fn serve_with(
     cluster: Cluster,
     member: usize,
-    listener: Box<dyn Listener>,
+    mut listener: Box<dyn Listener>,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) -> Result<(), tonic::transport::Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let signal = {
-        let mut stop = stop_rx.clone();
-        async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        }
+    let serving = Serving {
+        routes: routes(&cluster, member, &stop_rx),
+        http2: http2_builder(&cluster, member, options.keepalive),
+        tls: options.tls,
+        stop: stop_rx,
     };
-    let (keepalive_interval, keepalive_timeout) = options.keepalive.unzip();
-    let server = tonic::transport::Server::builder()
-        .http2_keepalive_interval(keepalive_interval)
-        .http2_keepalive_timeout(keepalive_timeout)
-        .add_service(KvServer::new(KvService {
-            cluster: cluster.clone(),
-            member,
-        }))
-        .add_service(WatchServer::new(WatchService {
-            cluster: cluster.clone(),
-            member,
-            stop: stop_rx.clone(),
-        }))
-        .add_service(LeaseServer::new(LeaseService {
-            cluster: cluster.clone(),
-            member,
-            stop: stop_rx.clone(),
-        }))
-        .add_service(ClusterServer::new(ClusterService {
-            cluster: cluster.clone(),
-            member,
-        }))
-        .add_service(MaintenanceServer::new(MaintenanceService {
-            cluster: cluster.clone(),
-            member,
-        }))
-        .serve_with_incoming_shutdown(incoming(listener, options.tls), signal);
-    tokio::pin!(server);
-    let expiry = expire_leases(cluster);
+    let mut connections = JoinSet::new();
+    let expiry = expire_leases(cluster.clone());
     tokio::pin!(expiry);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable).
+            // Fixed order, for reproducible runs (turmoil seeds select!'s RNG only under tokio_unstable). Ended
+            // connections are reaped before new ones are taken.
             biased;
-            result = &mut server => return result,
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = &mut expiry => {}
-            () = &mut shutdown => {
-                let _ = stop_tx.send(true);
-                return server.await;
-            }
+            // The kernel's part: a hung member still accepts.
+            accepted = listener.accept() => match accepted {
+                Ok((conn, _peer)) => {
+                    let connection = serving.clone().connection(conn);
+                    connections.spawn(WhileRunning::new(&cluster, member, connection));
+                }
+                Err(err) => {
+                    // A simulated network refuses nothing at the listener; a real one recovers from transient
+                    // errors (too many open files).
+                    tracing::debug!(%err, "model etcd: accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
         }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// The member's gRPC services; an unknown method answers Unimplemented.
+fn routes(cluster: &Cluster, member: usize, stop: &watch::Receiver<bool>) -> Routes {
+    Routes::new(KvServer::new(KvService {
+        cluster: cluster.clone(),
+        member,
+    }))
+    .add_service(WatchServer::new(WatchService {
+        cluster: cluster.clone(),
+        member,
+        stop: stop.clone(),
+    }))
+    .add_service(LeaseServer::new(LeaseService {
+        cluster: cluster.clone(),
+        member,
+        stop: stop.clone(),
+    }))
+    .add_service(ClusterServer::new(ClusterService {
+        cluster: cluster.clone(),
+        member,
+    }))
+    .add_service(MaintenanceServer::new(MaintenanceService {
+        cluster: cluster.clone(),
+        member,
+    }))
+    .prepare()
+}
+
+/// HTTP/2 as tonic's `Server` configures it by default (no stream limit, as etcd's `math.MaxUint32`), with the
+/// member's keep-alive on the member's own clock.
+fn http2_builder(
+    cluster: &Cluster,
+    member: usize,
+    keepalive: Option<(Duration, Duration)>,
+) -> http2::Builder<TokioExecutor> {
+    let (interval, timeout) = keepalive.unzip();
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(ProcessTimer::new(cluster.clone(), member))
+        .max_concurrent_streams(None)
+        .max_local_error_reset_streams(None)
+        .keep_alive_interval(interval)
+        .keep_alive_timeout(timeout.unwrap_or(DEFAULT_KEEPALIVE_TIMEOUT));
+    builder
+}
+
+/// What every connection of a member is served with.
+#[derive(Clone)]
+struct Serving {
+    routes: Routes,
+    http2: http2::Builder<TokioExecutor>,
+    tls: Option<Arc<ServerTls>>,
+    /// Turns true when the member shuts down.
+    stop: watch::Receiver<bool>,
+}
+
+impl Serving {
+    /// Serves one accepted connection until it ends, or ends it gracefully when the member shuts down.
+    async fn connection(mut self, conn: Conn) {
+        let conn = match &self.tls {
+            // A handshake still running at shutdown has no calls to finish.
+            Some(tls) => tokio::select! {
+                biased;
+                handshake = tls.accept(conn) => match handshake {
+                    Ok(conn) => conn,
+                    Err(err) => {
+                        tracing::debug!(%err, "model etcd: TLS handshake failed");
+                        return;
+                    }
+                },
+                () = stopped(&mut self.stop) => return,
+            },
+            None => conn,
+        };
+        let routes = self.routes;
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            routes.clone().oneshot(request)
+        });
+        let connection = self.http2.serve_connection(TokioIo::new(conn), service);
+        tokio::pin!(connection);
+        tokio::select! {
+            biased;
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "model etcd: connection ended with an error");
+                }
+                return;
+            }
+            () = stopped(&mut self.stop) => {}
+        }
+        connection.as_mut().graceful_shutdown();
+        let _ = connection.await;
     }
 }
 
@@ -134,82 +227,5 @@ async fn expire_leases(cluster: Cluster) {
         };
         tokio::time::sleep(pause).await;
         cluster.with_store(|_, _| ());
-    }
-}
-
-/// The accepted connections as the stream tonic wants. A failed accept is retried: a simulated network refuses
-/// nothing at the listener, and a real one recovers from transient errors (too many open files). With `tls`, a
-/// connection is yielded once its handshake completes; handshakes run side by side, so one stalled client (its link
-/// cut mid-handshake) delays nobody else, and one that fails or times out is dropped.
-fn incoming(
-    listener: Box<dyn Listener>,
-    tls: Option<Arc<ServerTls>>,
-) -> impl futures::Stream<Item = Result<Accepted, io::Error>> {
-    let handshakes: FuturesUnordered<BoxFuture<'static, io::Result<Conn>>> =
-        FuturesUnordered::new();
-    futures::stream::unfold(
-        (listener, tls, handshakes),
-        |(mut listener, tls, mut handshakes)| async move {
-            loop {
-                tokio::select! {
-                    // Fixed order, for reproducible runs.
-                    biased;
-                    Some(done) = handshakes.next(), if !handshakes.is_empty() => match done {
-                        Ok(conn) => return Some((Ok(Accepted(conn)), (listener, tls, handshakes))),
-                        Err(err) => tracing::debug!(%err, "model etcd: TLS handshake failed"),
-                    },
-                    accepted = listener.accept() => match accepted {
-                        Ok((conn, _peer)) => match &tls {
-                            None => return Some((Ok(Accepted(conn)), (listener, tls, handshakes))),
-                            Some(tls) => {
-                                let tls = tls.clone();
-                                handshakes.push(Box::pin(async move { tls.accept(conn).await }));
-                            }
-                        },
-                        Err(err) => {
-                            tracing::debug!(%err, "model etcd: accept failed");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
-                    },
-                }
-            }
-        },
-    )
-}
-
-/// An accepted connection, with the `Connected` tonic requires.
-pub struct Accepted(Conn);
-
-impl Connected for Accepted {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for Accepted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Accepted {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }

@@ -102,13 +102,13 @@ pub async fn lease_client(
     )
     .await;
     let end = spec.stop_at.unwrap_or(spec.until).min(spec.until);
-    match spec.library {
+    let last_request_at = match spec.library {
         Library::Tonic => keep_alive_tonic(&spec, channel, ids.clone(), end, &trace).await,
         Library::EtcdClient => {
             assert_eq!(ids.len(), 1, "etcd-client keeps one lease per stream");
             keep_alive_etcd_client(&spec, &dialer, id, end, &trace).await
         }
-    }
+    };
     let stopped_at = spec.stop_at.filter(|s| *s < spec.until).map(|_| now());
     trace.record(format!("{}: stopped keeping its leases alive", spec.name));
     for (index, &lease) in ids.iter().enumerate() {
@@ -122,6 +122,7 @@ pub async fn lease_client(
             ttl: spec.ttl,
             interval: spec.interval,
             stopped_at,
+            last_request_at,
         });
     }
     // Outlive the run's end so that the stopped lease's expiry is observed while the world still runs.
@@ -129,15 +130,17 @@ pub async fn lease_client(
 }
 
 /// One request per lease each interval on a raw tonic stream; a stream that fails or does not answer every request
-/// of a round within the interval is replaced. A lease answered with TTL 0 is gone and no longer renewed.
+/// of a round within the interval is replaced. A lease answered with TTL 0 is gone and no longer renewed. Returns
+/// when the last round of requests was sent (`None`: never).
 async fn keep_alive_tonic(
     spec: &LeaseSpec,
     channel: Channel,
     mut ids: Vec<i64>,
     end: Duration,
     trace: &Trace,
-) {
+) -> Option<Duration> {
     let mut client = LeaseClient::new(channel);
+    let mut last_sent = None;
     'reopen: while now() < end && !ids.is_empty() {
         // Room for a whole round: the first one is queued before the call is opened.
         let (tx, rx) = mpsc::channel(ids.len() + 1);
@@ -146,6 +149,8 @@ async fn keep_alive_tonic(
                 continue 'reopen;
             }
         }
+        // Sent as soon as the call opens, which is now.
+        last_sent = Some(now());
         let opened = tokio::time::timeout(
             spec.interval,
             client.lease_keep_alive(ReceiverStream::new(rx)),
@@ -179,12 +184,13 @@ async fn keep_alive_tonic(
                 }
             }
             if ids.is_empty() {
-                return;
+                return last_sent;
             }
             tokio::time::sleep(spec.interval).await;
             if now() >= end {
-                return;
+                return last_sent;
             }
+            last_sent = Some(now());
             for &id in &ids {
                 if tx.send(LeaseKeepAliveRequest { id }).await.is_err() {
                     continue 'reopen;
@@ -192,6 +198,7 @@ async fn keep_alive_tonic(
             }
         }
     }
+    last_sent
 }
 
 /// The same through `etcd-client`'s keeper and stream.
@@ -201,19 +208,21 @@ async fn keep_alive_etcd_client(
     id: i64,
     end: Duration,
     trace: &Trace,
-) {
+) -> Option<Duration> {
     let Ok(mut client) = dialer.etcd_client(&proxy_authority()).await else {
         trace.record(format!("{}: etcd-client could not be built", spec.name));
-        return;
+        return None;
     };
+    let mut last_sent = None;
     'reopen: while now() < end {
+        last_sent = Some(now());
         let opened = tokio::time::timeout(spec.interval, client.lease_keep_alive(id)).await;
         // Opening sends the first request and reads its answer.
         let (mut keeper, mut stream) = match opened {
             Ok(Ok(pair)) => pair,
             Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
                 trace.record(format!("{}: lease {id} is gone", spec.name));
-                return;
+                return last_sent;
             }
             _ => {
                 trace.record(format!("{}: keep-alive stream failed to open", spec.name));
@@ -224,15 +233,16 @@ async fn keep_alive_etcd_client(
         loop {
             tokio::time::sleep(spec.interval).await;
             if now() >= end {
-                return;
+                return last_sent;
             }
+            last_sent = Some(now());
             if keeper.keep_alive().await.is_err() {
                 continue 'reopen;
             }
             match tokio::time::timeout(spec.interval, stream.message()).await {
                 Ok(Ok(Some(response))) if response.ttl() <= 0 => {
                     trace.record(format!("{}: lease {id} is gone", spec.name));
-                    return;
+                    return last_sent;
                 }
                 Ok(Ok(Some(_))) => {}
                 _ => {
@@ -242,4 +252,5 @@ async fn keep_alive_etcd_client(
             }
         }
     }
+    last_sent
 }

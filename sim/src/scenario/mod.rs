@@ -145,6 +145,7 @@ pub fn profile(scenario: Scenario, members: usize) -> FaultProfile {
         start: FAULTS_FROM,
         quiet_from: QUIET_FROM,
         crashes: true,
+        hangs: true,
         partitions: true,
         holds: true,
         latency: true,

@@ -61,6 +61,7 @@ pub fn run_case(case: &Case, mode: Mode, subject: Subject) -> Vec<String> {
         Subject::Proxies => (0..sides)
             .map(|side| {
                 let mut config = world::proxy_config(case.seed, sides);
+                // `--endpoints=m<side>:2379 --namespace=<prefix>`: each proxy fronts its own member.
                 config.endpoints =
                     vec![proxy::Endpoint::parse(&member_authority(side)).expect("valid endpoint")];
                 config.namespace = case.namespaces[side].0.clone();
