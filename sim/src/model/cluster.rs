@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::census::{Registry, WatchCensus, WatchedRange};
 use super::history::{History, StreamKind, StreamRecord};
-use super::process::{self, Leadership, Pause};
+use super::pause::{self, Leadership, Pause};
 use super::store::Store;
 
 /// etcd's default interval of progress notifications for watchers that asked for them.
@@ -77,7 +77,7 @@ impl Cluster {
                 progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
                 census: Mutex::new(Registry::default()),
                 leadership: Mutex::new(Leadership::new(count)),
-                pauses: process::pause_signals(count),
+                pauses: pause::pause_signals(count),
             }),
         }
     }
@@ -157,7 +157,7 @@ impl Cluster {
         self.shared.pauses[member].borrow().is_hung()
     }
 
-    /// Member `member`'s pause signal: what [`process::WhileRunning`] and [`process::ProcessTimer`] wait on.
+    /// Member `member`'s pause signal: what [`super::process::WhileRunning`] and [`super::process::ProcessTimer`] wait on.
     pub fn pauses(&self, member: usize) -> watch::Receiver<Pause> {
         self.shared.pauses[member].subscribe()
     }

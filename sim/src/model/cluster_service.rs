@@ -90,7 +90,7 @@ impl Maintenance for MaintenanceService {
             header: Some(self.cluster.header(self.member, revision)),
             version: MODEL_VERSION.to_string(),
             db_size: 20480,
-            // A member that answers runs, so some member can lead (see `process::Leadership`).
+            // A member that answers runs, so some member can lead (see `pause::Leadership`).
             leader: self.cluster.leader_id(),
             raft_index: revision as u64,
             raft_term: term,

@@ -18,6 +18,7 @@ pub mod keyspace;
 mod kv_service;
 pub mod lease;
 mod lease_service;
+pub mod pause;
 pub mod process;
 mod serve;
 pub mod store;
