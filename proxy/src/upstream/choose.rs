@@ -30,23 +30,14 @@ pub enum Health {
 }
 
 impl Upstream {
-    /// Asks endpoint `index` for its Status, waiting at most `wait`. A member that does not answer in time gets a
-    /// new connection for later calls (see [`super::pool::Member::reconnect`]).
+    /// Asks endpoint `index` for its Status, waiting at most `wait`.
     pub(super) async fn member_status(&self, index: usize, wait: Duration) -> Health {
-        let member = self.members.get(index);
-        let mut client = MaintenanceClient::new(member.channel());
+        let mut client = MaintenanceClient::new(self.members.get(index).channel());
         match tokio::time::timeout(wait, client.status(StatusRequest {})).await {
             Ok(Ok(status)) if status.get_ref().leader == 0 => Health::NoLeader,
             Ok(Ok(_)) => Health::Leader,
             Ok(Err(refused)) if error::is_auth_refusal(&refused) => Health::Leader,
-            Ok(Err(_)) => Health::Silent,
-            Err(_) => {
-                member.reconnect(
-                    self.channel_settings
-                        .connect(&member.endpoint, &self.connector),
-                );
-                Health::Silent
-            }
+            Ok(Err(_)) | Err(_) => Health::Silent,
         }
     }
 

@@ -6,7 +6,7 @@
 //! made on; an endpoint that comes back reuses its old index.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use tonic::transport::Channel;
 
@@ -15,8 +15,7 @@ use crate::config::Endpoint;
 /// One endpoint.
 pub struct Member {
     pub endpoint: Endpoint,
-    /// Replaced when the member stops answering (see [`Member::reconnect`]).
-    channel: Mutex<Channel>,
+    channel: Channel,
     /// Believed able to serve (it answered with a leader since it last failed).
     pub up: AtomicBool,
     /// A probe task is asking it until it answers again.
@@ -31,7 +30,7 @@ impl Member {
     pub fn new(endpoint: Endpoint, channel: Channel) -> Self {
         Self {
             endpoint,
-            channel: Mutex::new(channel),
+            channel,
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             lacks_range_stream: AtomicBool::new(false),
@@ -41,22 +40,7 @@ impl Member {
 
     /// The channel new calls use.
     pub fn channel(&self) -> Channel {
-        self.channel
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Makes new calls use `fresh` (a new connection). A member that stops answering may sit behind a connection
-    /// that no longer reaches it (a partition that dropped a segment, lost NAT or conntrack state): nothing resets
-    /// such a connection, and without HTTP/2 keep-alive (off by default, as in etcd's client) nothing notices, so
-    /// every later call on it would hang even once the member is reachable again. Calls already running on the old
-    /// connection keep it until they end.
-    pub fn reconnect(&self, fresh: Channel) {
-        *self
-            .channel
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+        self.channel.clone()
     }
 
     /// Believed up and not retired.
