@@ -21,9 +21,15 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The endpoints the proxy uses now, from `etcd_grpc_proxy_upstream_up`'s labels.
 fn endpoints_in_use(text: &str) -> Vec<String> {
+    labels(text, "etcd_grpc_proxy_upstream_up")
+}
+
+/// The `endpoint` labels of `metric`'s series, sorted.
+fn labels(text: &str, metric: &str) -> Vec<String> {
+    let prefix = format!("{metric}{{endpoint=\"");
     let mut endpoints: Vec<String> = text
         .lines()
-        .filter_map(|l| l.strip_prefix("etcd_grpc_proxy_upstream_up{endpoint=\""))
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
         .filter_map(|rest| Some(rest.split_once('"')?.0.to_owned()))
         .collect();
     endpoints.sort();
@@ -100,9 +106,19 @@ async fn every_member_is_replaced_under_the_proxy_without_a_failed_read() {
             async move {
                 let text = proxy.metrics().await;
                 let in_use = endpoints_in_use(&text);
+                // No series is left behind for a replaced member.
+                let labelled = labels(&text, "etcd_grpc_proxy_upstream_active");
                 match metrics::active_endpoint(&text) {
-                    Some(active) if in_use == members && members.contains(&active) => Ok(()),
-                    active => Err(format!("in use: {in_use:?}, active {active:?}")),
+                    Some(active)
+                        if in_use == members
+                            && labelled == members
+                            && members.contains(&active) =>
+                    {
+                        Ok(())
+                    }
+                    active => Err(format!(
+                        "in use: {in_use:?}, labelled active: {labelled:?}, active {active:?}"
+                    )),
                 }
             }
         },

@@ -372,12 +372,15 @@ impl Upstream {
             return;
         };
         let (old, new) = (self.members.get(from), self.members.get(next));
-        let (old, new) = (&old.endpoint, &new.endpoint);
         self.metrics.upstream_failovers.inc();
-        self.metrics
-            .upstream_active
-            .with_label_values(&[old.authority()])
-            .set(0);
+        // A retired endpoint's labels are gone from /metrics (see `sync`), and stay gone.
+        if !old.retired() {
+            self.metrics
+                .upstream_active
+                .with_label_values(&[old.endpoint.authority()])
+                .set(0);
+        }
+        let (old, new) = (&old.endpoint, &new.endpoint);
         self.metrics
             .upstream_active
             .with_label_values(&[new.authority()])
