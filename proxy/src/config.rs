@@ -208,6 +208,8 @@ pub struct Config {
     /// `--experimental-serializable-ordering`: a serializable read never returns an older revision than one the
     /// proxy already returned.
     pub serializable_ordering: bool,
+    /// `--range-cache-max-bytes`: the bound of the range cache; 0 turns it off.
+    pub range_cache_max_bytes: usize,
     /// TLS towards clients, on the main port (and on `--metrics-addr` when it is `https://`).
     pub server_tls: Option<crate::tls::ServerSettings>,
     /// TLS towards etcd; `None`: plaintext.
@@ -254,6 +256,7 @@ impl Config {
             user: None,
             namespace: Vec::new(),
             serializable_ordering: true,
+            range_cache_max_bytes: DEFAULT_RANGE_CACHE_MAX_BYTES,
             server_tls: None,
             upstream_tls: None,
             metrics_listen: None,
@@ -274,6 +277,9 @@ pub const DEFAULT_MAX_CLIENT_CALLS: usize = 100_000;
 
 /// Default `--watch-buffer-size`: etcd's Go proxy buffers 1024 responses per stream too.
 pub const DEFAULT_WATCH_BUFFER_SIZE: usize = 1024;
+
+/// `--range-cache-max-bytes`' default.
+pub const DEFAULT_RANGE_CACHE_MAX_BYTES: usize = 0;
 /// etcd's default `--max-send-bytes`: 1.5 MiB, etcd's default request size limit.
 pub const DEFAULT_MAX_SEND_BYTES: usize = 1_572_864;
 /// etcd's default `--max-recv-bytes`: `math.MaxInt32`.

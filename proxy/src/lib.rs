@@ -8,6 +8,7 @@
 //! - [`tls`]: TLS towards clients and towards etcd, above the `Net` seam; every file re-read for new connections.
 //! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
+//! - [`cache`]: serializable Range calls answered from copies of ranges a watch keeps current.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
 //! - [`cluster`]: MemberList answered with the proxies; registration under `--resolver-prefix`.
@@ -22,6 +23,7 @@
 //! Rules that keep the proxy simulable: sockets only through [`net::Net`], time only through `tokio::time`,
 //! randomness only from the seed in [`Config`].
 
+pub mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -24,6 +24,16 @@ pub struct Metrics {
     pub upstream_failovers: IntCounter,
     /// Serializable reads asked again linearizably because their member lagged.
     pub serializable_reads_reasked: IntCounter,
+    /// Range calls answered from the range cache (etcd's Go proxy's name; a counter here, a gauge there).
+    pub cache_hits: IntCounter,
+    /// Serializable Range calls the range cache could not answer.
+    pub cache_misses: IntCounter,
+    /// Ranges the cache holds now.
+    pub cache_keys: IntGauge,
+    /// Bytes the cache's copies count against `--range-cache-max-bytes`.
+    pub cache_bytes: IntGauge,
+    /// Cached ranges evicted to stay within `--range-cache-max-bytes`.
+    pub cache_evictions: IntCounter,
     /// Client LeaseKeepAlive streams open now.
     pub lease_client_streams: IntGauge,
     /// Upstream LeaseKeepAlive streams open now (one while any lease is being kept alive).
@@ -94,6 +104,26 @@ impl Metrics {
         let upstream_failovers = IntCounter::new(
             "etcd_grpc_proxy_upstream_failovers_total",
             "Times the active etcd endpoint was replaced after a failure.",
+        )?;
+        let cache_hits = IntCounter::new(
+            "etcd_grpc_proxy_cache_hits_total",
+            "Total number of cache hits",
+        )?;
+        let cache_misses = IntCounter::new(
+            "etcd_grpc_proxy_cache_misses_total",
+            "Total number of cache misses",
+        )?;
+        let cache_keys = IntGauge::new(
+            "etcd_grpc_proxy_cache_keys_total",
+            "Total number of keys/ranges cached",
+        )?;
+        let cache_bytes = IntGauge::new(
+            "etcd_grpc_proxy_cache_bytes",
+            "Bytes the range cache holds, as counted against --range-cache-max-bytes",
+        )?;
+        let cache_evictions = IntCounter::new(
+            "etcd_grpc_proxy_cache_evictions_total",
+            "Cached ranges evicted to stay within --range-cache-max-bytes",
         )?;
         let serializable_reads_reasked = IntCounter::new(
             "etcd_grpc_proxy_serializable_reads_reasked_total",
@@ -166,6 +196,11 @@ impl Metrics {
         registry.register(Box::new(upstream_active.clone()))?;
         registry.register(Box::new(upstream_failovers.clone()))?;
         registry.register(Box::new(serializable_reads_reasked.clone()))?;
+        registry.register(Box::new(cache_hits.clone()))?;
+        registry.register(Box::new(cache_misses.clone()))?;
+        registry.register(Box::new(cache_keys.clone()))?;
+        registry.register(Box::new(cache_bytes.clone()))?;
+        registry.register(Box::new(cache_evictions.clone()))?;
         registry.register(Box::new(lease_client_streams.clone()))?;
         registry.register(Box::new(lease_upstream_streams.clone()))?;
         registry.register(Box::new(lease_renewals_forwarded.clone()))?;
@@ -189,6 +224,11 @@ impl Metrics {
             upstream_active,
             upstream_failovers,
             serializable_reads_reasked,
+            cache_hits,
+            cache_misses,
+            cache_keys,
+            cache_bytes,
+            cache_evictions,
             lease_client_streams,
             lease_upstream_streams,
             lease_renewals_forwarded,

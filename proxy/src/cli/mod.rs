@@ -49,6 +49,10 @@ struct StartArgs {
     /// member's answer is asked again linearizably
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
     experimental_serializable_ordering: bool,
+    /// Bytes the range cache may hold: serializable reads are answered from copies of ranges kept current by a
+    /// watch (0: no cache, every read goes to etcd)
+    #[arg(long, default_value_t = crate::config::DEFAULT_RANGE_CACHE_MAX_BYTES)]
+    range_cache_max_bytes: usize,
     /// Ping etcd even when no call is open
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     permit_without_stream: bool,
@@ -224,6 +228,7 @@ fn into_config(
     config.max_recv_bytes = args.max_recv_bytes;
     config.dial_timeout = args.dial_timeout;
     config.serializable_ordering = args.experimental_serializable_ordering;
+    config.range_cache_max_bytes = args.range_cache_max_bytes;
     config.endpoints_auto_sync =
         (!args.endpoints_auto_sync_interval.is_zero()).then_some(args.endpoints_auto_sync_interval);
     config.upstream_keepalive = KeepAlive {

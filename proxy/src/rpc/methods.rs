@@ -13,6 +13,8 @@ use crate::wire::{self, Value};
 pub enum Route {
     /// One request, one response, both relayed as bytes.
     Unary(Repeat),
+    /// KV Range: answered from the range cache when it can, else relayed as a read.
+    Range,
     /// One request, a stream of responses, relayed as bytes (Snapshot, Observe). Opened like a read.
     ServerStream,
     /// Relayed to an etcd that serves it (3.7 on), served by the proxy from Range where etcd does not.
@@ -56,7 +58,7 @@ pub fn route(path: &str) -> Option<Route> {
     use Route::{ServerStream, Unary};
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     Some(match (service, method) {
-        ("etcdserverpb.KV", "Range") => Unary(Read),
+        ("etcdserverpb.KV", "Range") => Route::Range,
         ("etcdserverpb.KV", "Put" | "DeleteRange" | "Compact") => Unary(Write),
         ("etcdserverpb.KV", "Txn") => Unary(Repeat::Txn),
         ("etcdserverpb.KV", "RangeStream") => Route::RangeStream,

@@ -18,6 +18,7 @@ use tonic::server::Grpc;
 use tonic::{Request, Streaming};
 use tonic_prost::ProstCodec;
 
+use crate::cache::Cache;
 use crate::cluster::members::Members;
 use crate::config::Config;
 use crate::lease::LeaseService;
@@ -41,6 +42,8 @@ pub struct Rpc {
     identity: Option<Arc<Identity>>,
     /// `--namespace`, when given.
     namespace: Option<Arc<Namespace>>,
+    /// The range cache, unless `--range-cache-max-bytes` is 0.
+    cache: Option<Arc<Cache>>,
     /// Largest message the proxy accepts from a client: `--max-recv-bytes`, at most `--max-send-bytes`.
     max_recv_bytes: usize,
 }
@@ -84,6 +87,12 @@ impl Rpc {
                 namespace.clone(),
             )),
             lease: Arc::new(LeaseService::new(upstream.clone(), metrics.clone())),
+            cache: Cache::new(
+                upstream,
+                metrics,
+                config.range_cache_max_bytes,
+                watch_config,
+            ),
             members,
             identity,
             namespace,
@@ -105,9 +114,11 @@ impl Rpc {
         };
         let upstream = self.upstream.clone();
         let keys = CallKeys::of(self.namespace.as_ref(), path.path());
-        let route = match (route, &self.members) {
-            (Route::MemberList, None) => Route::Unary(methods::Repeat::Read),
-            (route, _) => route,
+        let route = match (route, &self.members, &self.cache) {
+            (Route::MemberList, None, _) | (Route::Range, _, None) => {
+                Route::Unary(methods::Repeat::Read)
+            }
+            (route, _, _) => route,
         };
         match route {
             Route::Unary(repeat) => {
@@ -120,6 +131,17 @@ impl Rpc {
                     }
                 });
                 self.limited(RawCodec).unary(relay, request).await
+            }
+            Route::Range => {
+                let cache = self.cache.clone().expect("routed here only when set");
+                let serve = tower::service_fn(move |request: Request<Bytes>| {
+                    let (cache, path, keys) = (cache.clone(), path.clone(), keys.clone());
+                    async move {
+                        let request = keys.request(request)?;
+                        keys.answer(cache.range(path, request).await?)
+                    }
+                });
+                self.limited(RawCodec).unary(serve, request).await
             }
             Route::ServerStream => {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {

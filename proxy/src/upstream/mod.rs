@@ -197,6 +197,14 @@ impl Upstream {
         self.active()
     }
 
+    /// The highest revision a KV answer through the proxy carried, when serializable reads must not go back from
+    /// it (`--experimental-serializable-ordering`); 0 otherwise.
+    pub fn revision_floor(&self) -> i64 {
+        self.revision_floor
+            .as_ref()
+            .map_or(0, RevisionFloor::highest)
+    }
+
     /// Whether `pick` is no longer the active endpoint.
     pub fn moved_from(&self, pick: &Active) -> bool {
         self.active.borrow().index != pick.index

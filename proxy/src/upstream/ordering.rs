@@ -45,6 +45,11 @@ pub enum Verdict {
 }
 
 impl RevisionFloor {
+    /// The highest revision returned so far.
+    pub fn highest(&self) -> i64 {
+        self.highest.load(Ordering::Acquire)
+    }
+
     /// Judges etcd's `answer` to `request` on the method at `path`, and raises the floor to its revision.
     pub fn judge(&self, path: &str, request: &[u8], answer: &[u8]) -> Verdict {
         if !KV_METHODS.contains(&path) {

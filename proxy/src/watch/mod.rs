@@ -131,6 +131,69 @@ impl WatchService {
 }
 
 impl WatchService {
+    /// A Watch stream for a client inside the proxy (the range cache): it is served like a client's, on this
+    /// service's hubs and so on their upstream streams, and ends when dropped.
+    pub fn attach(&self, token: Option<String>, buffer: usize) -> LocalStream {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (responses, responses_rx) = mpsc::channel(buffer.max(1));
+        let (abort, abort_rx) = mpsc::channel(1);
+        let sink = StreamSink {
+            responses,
+            abort,
+            requires_leader: false,
+        };
+        let commands = self.open(token, id, sink);
+        LocalStream {
+            handle: StreamHandle { id, commands },
+            responses: responses_rx,
+            aborted: abort_rx,
+        }
+    }
+}
+
+/// A Watch stream opened inside the proxy (see [`WatchService::attach`]).
+pub struct LocalStream {
+    /// What sends requests; the stream closes when it is dropped.
+    pub handle: StreamHandle,
+    /// What the hub answers, in order.
+    pub responses: mpsc::Receiver<WatchResponse>,
+    /// Why the hub ended the stream, if it did.
+    pub aborted: mpsc::Receiver<Status>,
+}
+
+/// The requests side of a [`LocalStream`].
+pub struct StreamHandle {
+    id: StreamId,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl StreamHandle {
+    pub fn create(&self, request: proto::etcdserverpb::WatchCreateRequest) {
+        let _ = self.commands.send(Command::Create {
+            stream: self.id,
+            request,
+        });
+    }
+
+    pub fn cancel(&self, watch_id: i64) {
+        let _ = self.commands.send(Command::Cancel {
+            stream: self.id,
+            watch_id,
+        });
+    }
+
+    pub fn request_progress(&self) {
+        let _ = self.commands.send(Command::Progress { stream: self.id });
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Close { stream: self.id });
+    }
+}
+
+impl WatchService {
     /// One client's Watch stream.
     pub async fn watch(
         &self,

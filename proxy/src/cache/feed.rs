@@ -1,0 +1,211 @@
+//! What keeps the cached ranges current: one Watch stream of the cache's own, served by a watch service of the
+//! cache's own (so by upstream Watch streams no client watcher shares: a client's watcher catching up cannot hold
+//! back the progress answers the cache waits for). Each cached range has a watcher from the revision after its
+//! fill; its events are applied as they come, a cancel (a compaction overtook it, etcd refused it) drops the copy,
+//! and the end of the stream drops them all. The hub under it resumes the watchers after a failover from the next
+//! revision, so a copy never misses an event.
+//!
+//! Progress requests move every copy to the revision etcd answers them at when its range had no event, so that a
+//! read wanting a newer revision than a copy's last event need not go to etcd. Only from etcd 3.5.8 does a progress
+//! answer mean that every watcher of the stream has received everything up to it (`etcd_version`); with an older
+//! etcd copies move by their own events only.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use proto::etcdserverpb::{WatchCreateRequest, WatchResponse};
+use tokio::sync::Notify;
+
+use super::store::{Evicted, Store, WatchId};
+use crate::metrics::Metrics;
+use crate::upstream::Upstream;
+use crate::watch::etcd_version;
+use crate::watch::{LocalStream, StreamHandle, WatchService};
+
+/// Responses the cache's stream may hold unread; the feed applies them as they come, so this is only a burst.
+const STREAM_BUFFER: usize = 4096;
+
+/// The cache's state under one lock.
+pub struct State {
+    pub store: Store,
+    stream: Option<StreamHandle>,
+    /// Progress requests sent on the current stream, and whether the last is unanswered.
+    progress_sent: u64,
+    progress_in_flight: bool,
+    /// Whether progress answers move copies (etcd 3.5.8 on); `None` until a member has said its version.
+    progress_trusted: Option<bool>,
+}
+
+/// The copies, their watchers' stream, and a signal for readers waiting for a copy to move.
+pub struct Feed {
+    state: Mutex<State>,
+    changed: Notify,
+    watch: WatchService,
+    upstream: Arc<Upstream>,
+    metrics: Metrics,
+}
+
+impl Feed {
+    pub fn new(
+        store: Store,
+        watch: WatchService,
+        upstream: Arc<Upstream>,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            state: Mutex::new(State {
+                store,
+                stream: None,
+                progress_sent: 0,
+                progress_in_flight: false,
+                progress_trusted: None,
+            }),
+            changed: Notify::new(),
+            watch,
+            upstream,
+            metrics,
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Completes after the next change to the copies (register before looking, see [`Notify::notified`]).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+
+    /// Starts the watcher of a copy just filled at `revision` (from the next one), opening the stream if needed.
+    pub fn watch_from(
+        self: &Arc<Self>,
+        state: &mut State,
+        watch_id: WatchId,
+        key: &[u8],
+        end: &[u8],
+        revision: i64,
+    ) {
+        if state.stream.is_none() {
+            let LocalStream {
+                handle,
+                responses,
+                aborted,
+            } = self.watch.attach(None, STREAM_BUFFER);
+            state.stream = Some(handle);
+            state.progress_sent = 0;
+            state.progress_in_flight = false;
+            tokio::spawn(self.clone().apply_responses(responses, aborted));
+            if state.progress_trusted.is_none() {
+                tokio::spawn(self.clone().learn_version());
+            }
+        }
+        let stream = state.stream.as_ref().expect("just opened");
+        stream.create(WatchCreateRequest {
+            key: key.to_vec(),
+            range_end: end.to_vec(),
+            start_revision: revision + 1,
+            watch_id,
+            ..Default::default()
+        });
+    }
+
+    /// Cancels the watchers of evicted copies.
+    pub fn cancel(&self, state: &State, evicted: Evicted) {
+        self.metrics
+            .cache_evictions
+            .inc_by(evicted.watch_ids.len() as u64);
+        if let Some(stream) = &state.stream {
+            for id in evicted.watch_ids {
+                stream.cancel(id);
+            }
+        }
+    }
+
+    /// Asks etcd for progress unless a request is in flight (its answer wakes the waiting readers, who ask again
+    /// if it did not move their copy far enough). Does nothing before etcd 3.5.8, whose answers move no copy.
+    pub fn want_progress(&self, state: &mut State) {
+        if state.progress_trusted != Some(true) || state.progress_in_flight {
+            return;
+        }
+        let Some(stream) = &state.stream else { return };
+        state.progress_sent += 1;
+        state.progress_in_flight = true;
+        stream.request_progress();
+    }
+
+    async fn learn_version(self: Arc<Self>) {
+        let trusted = match self.upstream.version(None).await {
+            Ok(version) => !etcd_version::answers_progress_without_watchers(Some(&version)),
+            Err(_) => return,
+        };
+        self.lock().progress_trusted = Some(trusted);
+        self.changed.notify_waiters();
+    }
+
+    async fn apply_responses(
+        self: Arc<Self>,
+        mut responses: tokio::sync::mpsc::Receiver<WatchResponse>,
+        mut aborted: tokio::sync::mpsc::Receiver<tonic::Status>,
+    ) {
+        loop {
+            let response = tokio::select! {
+                biased;
+                response = responses.recv() => response,
+                status = aborted.recv() => {
+                    if let Some(status) = status {
+                        tracing::warn!(%status, "the range cache's watch stream ended; its copies are dropped");
+                    }
+                    None
+                }
+            };
+            let Some(response) = response else { break };
+            let mut state = self.lock();
+            self.apply(&mut state, response);
+            drop(state);
+            self.changed.notify_waiters();
+        }
+        let mut state = self.lock();
+        state.stream = None;
+        state.store.clear();
+        self.update_gauges(&state);
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    fn apply(&self, state: &mut State, response: WatchResponse) {
+        let revision = response.header.map_or(0, |h| h.revision);
+        if response.watch_id == -1 && response.events.is_empty() {
+            if state.progress_in_flight {
+                state.progress_in_flight = false;
+                let request = state.progress_sent;
+                state.store.progress(request, revision);
+            }
+            return;
+        }
+        if response.created {
+            let sent = state.progress_sent;
+            state.store.confirmed(response.watch_id, sent);
+        }
+        if response.canceled {
+            if state.store.drop_watch(response.watch_id) {
+                tracing::debug!(
+                    watch_id = response.watch_id,
+                    compact_revision = response.compact_revision,
+                    reason = response.cancel_reason,
+                    "a cached range's watcher was cancelled; the copy is dropped"
+                );
+            }
+            self.update_gauges(state);
+            return;
+        }
+        if !response.events.is_empty() {
+            let evicted = state.store.apply(response.watch_id, &response.events);
+            self.cancel(state, evicted);
+            self.update_gauges(state);
+        }
+    }
+
+    pub fn update_gauges(&self, state: &State) {
+        self.metrics.cache_keys.set(state.store.len() as i64);
+        self.metrics.cache_bytes.set(state.store.bytes() as i64);
+    }
+}

@@ -1,0 +1,396 @@
+//! The cache's copies of ranges: for each, every key of the range at a known revision, kept current by applying
+//! the events of the range's watcher. Bounded in bytes; the least recently read ranges go first.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use proto::etcdserverpb::ResponseHeader;
+use proto::mvccpb::{Event, KeyValue, event::EventType};
+
+use super::query::KeyRange;
+
+/// What a copy holds beyond its keys' bytes, counted against the bound: a key's place in the map and its fields.
+const KEY_OVERHEAD: usize = 96;
+/// A range's own cost besides its keys.
+const RANGE_OVERHEAD: usize = 256;
+
+/// The watch id of a copy's watcher on the cache's stream.
+pub type WatchId = i64;
+
+/// One cached range.
+pub struct Copy {
+    pub range: KeyRange,
+    pub kvs: BTreeMap<Bytes, KeyValue>,
+    /// The revision the copy is the range's state at.
+    pub revision: i64,
+    /// The header of the answer that filled it: cluster, member and term for the answers it gives.
+    header: ResponseHeader,
+    pub watch_id: WatchId,
+    /// The progress requests sent on the stream before etcd confirmed the copy's watcher; an answer to a later
+    /// one covers it.
+    pub covered_from: Option<u64>,
+    bytes: usize,
+    last_used: u64,
+}
+
+impl Copy {
+    /// A header for an answer from this copy.
+    pub fn header(&self) -> ResponseHeader {
+        ResponseHeader {
+            revision: self.revision,
+            ..self.header
+        }
+    }
+}
+
+/// What a change to the store did, for the metrics and the watchers.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Evicted {
+    pub watch_ids: Vec<WatchId>,
+}
+
+/// Every cached range.
+pub struct Store {
+    max_bytes: usize,
+    bytes: usize,
+    copies: HashMap<KeyRange, Copy>,
+    by_watch: HashMap<WatchId, KeyRange>,
+    /// Ranges by last use, oldest first.
+    recency: BTreeMap<u64, KeyRange>,
+    clock: u64,
+    next_watch: WatchId,
+}
+
+impl Store {
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            max_bytes,
+            bytes: 0,
+            copies: HashMap::new(),
+            by_watch: HashMap::new(),
+            recency: BTreeMap::new(),
+            clock: 0,
+            next_watch: 1,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.copies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.copies.is_empty()
+    }
+
+    /// The copy of `range`, marked as just used.
+    pub fn read(&mut self, range: &KeyRange) -> Option<&Copy> {
+        let copy = self.copies.get_mut(range)?;
+        self.recency.remove(&copy.last_used);
+        self.clock += 1;
+        copy.last_used = self.clock;
+        self.recency.insert(self.clock, range.clone());
+        Some(copy)
+    }
+
+    pub fn get(&self, range: &KeyRange) -> Option<&Copy> {
+        self.copies.get(range)
+    }
+
+    /// Adds a copy of `range` filled from an answer at `header.revision`; returns its new watch id (the watcher to
+    /// create from the next revision) and the copies evicted to make room. `None` when the range is already
+    /// cached or would take more than an eighth of the bound.
+    pub fn fill(
+        &mut self,
+        range: KeyRange,
+        kvs: Vec<KeyValue>,
+        header: ResponseHeader,
+    ) -> Option<(WatchId, Evicted)> {
+        if self.copies.contains_key(&range) {
+            return None;
+        }
+        let bytes = RANGE_OVERHEAD + kvs.iter().map(cost).sum::<usize>();
+        if bytes > self.max_bytes / 8 {
+            return None;
+        }
+        let watch_id = self.next_watch;
+        self.next_watch += 1;
+        self.clock += 1;
+        let copy = Copy {
+            range: range.clone(),
+            kvs: kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect(),
+            revision: header.revision,
+            header,
+            watch_id,
+            covered_from: None,
+            bytes,
+            last_used: self.clock,
+        };
+        self.bytes += bytes;
+        self.by_watch.insert(watch_id, range.clone());
+        self.recency.insert(self.clock, range.clone());
+        self.copies.insert(range, copy);
+        Some((watch_id, self.evict_over_bound()))
+    }
+
+    /// Applies the events a copy's watcher delivered; returns the copies evicted if it grew past the bound.
+    pub fn apply(&mut self, watch_id: WatchId, events: &[Event]) -> Evicted {
+        let Some(copy) = self
+            .by_watch
+            .get(&watch_id)
+            .and_then(|range| self.copies.get_mut(range))
+        else {
+            return Evicted::default();
+        };
+        for event in events {
+            let Some(kv) = &event.kv else { continue };
+            // A watcher from the next revision after the fill never repeats an event, but a resumed one could:
+            // the copy already reflects everything up to its revision.
+            if kv.mod_revision <= copy.revision || !copy.range.contains(&kv.key) {
+                continue;
+            }
+            let removed = if event.r#type == EventType::Delete as i32 {
+                copy.kvs.remove(&kv.key)
+            } else {
+                let added = cost(kv);
+                copy.bytes += added;
+                self.bytes += added;
+                copy.kvs.insert(kv.key.clone(), kv.clone())
+            };
+            if let Some(old) = removed {
+                copy.bytes -= cost(&old);
+                self.bytes -= cost(&old);
+            }
+        }
+        if let Some(last) = events.iter().filter_map(|e| e.kv.as_ref()).last() {
+            copy.revision = copy.revision.max(last.mod_revision);
+        }
+        self.evict_over_bound()
+    }
+
+    /// etcd confirmed the copy's watcher; `progress_sent` progress requests had gone out on the stream.
+    pub fn confirmed(&mut self, watch_id: WatchId, progress_sent: u64) {
+        if let Some(copy) = self
+            .by_watch
+            .get(&watch_id)
+            .and_then(|range| self.copies.get_mut(range))
+        {
+            copy.covered_from.get_or_insert(progress_sent);
+        }
+    }
+
+    /// Progress request number `request` was answered at `revision`: every copy whose watcher etcd confirmed
+    /// before that request went out has received every event up to `revision`.
+    pub fn progress(&mut self, request: u64, revision: i64) {
+        for copy in self.copies.values_mut() {
+            if copy.covered_from.is_some_and(|sent| sent < request) {
+                copy.revision = copy.revision.max(revision);
+            }
+        }
+    }
+
+    /// Drops the copy of the watcher `watch_id` (cancelled, compacted, or evicted).
+    pub fn drop_watch(&mut self, watch_id: WatchId) -> bool {
+        let Some(range) = self.by_watch.remove(&watch_id) else {
+            return false;
+        };
+        if let Some(copy) = self.copies.remove(&range) {
+            self.bytes -= copy.bytes;
+            self.recency.remove(&copy.last_used);
+        }
+        true
+    }
+
+    /// Drops every copy (their watchers' stream is gone); returns how many.
+    pub fn clear(&mut self) -> usize {
+        let dropped = self.copies.len();
+        self.copies.clear();
+        self.by_watch.clear();
+        self.recency.clear();
+        self.bytes = 0;
+        dropped
+    }
+
+    fn evict_over_bound(&mut self) -> Evicted {
+        let mut evicted = Evicted::default();
+        while self.bytes > self.max_bytes {
+            let Some((_, range)) = self.recency.pop_first() else {
+                break;
+            };
+            let watch_id = self.copies.get(&range).map(|c| c.watch_id);
+            if let Some(watch_id) = watch_id {
+                self.drop_watch(watch_id);
+                evicted.watch_ids.push(watch_id);
+            }
+        }
+        evicted
+    }
+}
+
+/// What one key costs the bound.
+fn cost(kv: &KeyValue) -> usize {
+    KEY_OVERHEAD + kv.key.len() + kv.value.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: &str, revision: i64) -> KeyValue {
+        KeyValue {
+            key: Bytes::from(key.to_owned()),
+            value: Bytes::from(value.to_owned()),
+            create_revision: revision,
+            mod_revision: revision,
+            version: 1,
+            lease: 0,
+        }
+    }
+
+    fn prefix(p: &str) -> KeyRange {
+        let mut end = p.as_bytes().to_vec();
+        *end.last_mut().unwrap() += 1;
+        KeyRange {
+            key: Bytes::from(p.to_owned()),
+            end: Bytes::from(end),
+        }
+    }
+
+    fn at(revision: i64) -> ResponseHeader {
+        ResponseHeader {
+            revision,
+            member_id: 7,
+            ..Default::default()
+        }
+    }
+
+    fn put(key: &str, value: &str, revision: i64) -> Event {
+        Event {
+            r#type: EventType::Put as i32,
+            kv: Some(kv(key, value, revision)),
+            prev_kv: None,
+        }
+    }
+
+    fn delete(key: &str, revision: i64) -> Event {
+        Event {
+            r#type: EventType::Delete as i32,
+            kv: Some(KeyValue {
+                mod_revision: revision,
+                ..kv(key, "", 0)
+            }),
+            prev_kv: None,
+        }
+    }
+
+    fn values(store: &Store, range: &KeyRange) -> Vec<(String, String)> {
+        store.copies[range]
+            .kvs
+            .values()
+            .map(|kv| {
+                (
+                    String::from_utf8(kv.key.to_vec()).unwrap(),
+                    String::from_utf8(kv.value.to_vec()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_keep_a_copy_current_and_move_its_revision() {
+        let mut store = Store::new(1 << 20);
+        let range = prefix("a/");
+        let (id, _) = store
+            .fill(range.clone(), vec![kv("a/1", "x", 3)], at(5))
+            .unwrap();
+        store.apply(id, &[put("a/2", "y", 6), put("a/1", "z", 6)]);
+        store.apply(id, &[delete("a/2", 7)]);
+        assert_eq!(values(&store, &range), [("a/1".into(), "z".into())]);
+        assert_eq!(store.get(&range).unwrap().header().revision, 7);
+        assert_eq!(store.get(&range).unwrap().header().member_id, 7);
+        // An event the copy already reflects changes nothing.
+        store.apply(id, &[put("a/1", "old", 6)]);
+        assert_eq!(values(&store, &range), [("a/1".into(), "z".into())]);
+    }
+
+    #[test]
+    fn progress_covers_only_watchers_confirmed_before_the_request() {
+        let mut store = Store::new(1 << 20);
+        let (early, _) = store.fill(prefix("a/"), vec![], at(5)).unwrap();
+        let (late, _) = store.fill(prefix("b/"), vec![], at(5)).unwrap();
+        let (unconfirmed, _) = store.fill(prefix("c/"), vec![], at(5)).unwrap();
+        store.confirmed(early, 0);
+        store.confirmed(late, 1);
+        store.progress(1, 9);
+        assert_eq!(store.get(&prefix("a/")).unwrap().revision, 9);
+        assert_eq!(store.get(&prefix("b/")).unwrap().revision, 5);
+        store.progress(2, 10);
+        assert_eq!(store.get(&prefix("b/")).unwrap().revision, 10);
+        assert_eq!(store.get(&prefix("c/")).unwrap().revision, 5);
+        let _ = unconfirmed;
+    }
+
+    #[test]
+    fn the_least_recently_read_range_is_evicted_first() {
+        let big = "v".repeat(1500);
+        let mut store = Store::new(16 * 1000);
+        let (a, _) = store
+            .fill(prefix("a/"), vec![kv("a/1", &big, 2)], at(2))
+            .unwrap();
+        let (b, _) = store
+            .fill(prefix("b/"), vec![kv("b/1", &big, 2)], at(2))
+            .unwrap();
+        assert!(store.read(&prefix("a/")).is_some());
+        let mut evicted = Vec::new();
+        for (n, p) in ["c/", "d/", "e/", "f/", "g/", "h/", "i/", "j/", "k/"]
+            .into_iter()
+            .enumerate()
+        {
+            let (_, out) = store
+                .fill(
+                    prefix(p),
+                    vec![kv(&format!("{p}1"), &big, 2)],
+                    at(2 + n as i64),
+                )
+                .unwrap();
+            evicted.extend(out.watch_ids);
+        }
+        assert_eq!(evicted.first(), Some(&b), "b was read least recently");
+        assert!(store.bytes() <= 16 * 1000);
+        assert_eq!(evicted.get(1), Some(&a), "then a");
+        assert!(store.get(&prefix("b/")).is_none());
+    }
+
+    #[test]
+    fn growth_by_events_is_bounded_too_and_large_ranges_are_not_cached() {
+        let mut store = Store::new(8 * 1000);
+        let (a, _) = store.fill(prefix("a/"), vec![], at(2)).unwrap();
+        let (_b, _) = store.fill(prefix("b/"), vec![], at(2)).unwrap();
+        let big = "v".repeat(4000);
+        let evicted = store.apply(a, &[put("a/1", &big, 3), put("a/2", &big, 3)]);
+        assert!(store.bytes() <= 8 * 1000);
+        assert!(!evicted.watch_ids.is_empty());
+        assert!(
+            store
+                .fill(prefix("z/"), vec![kv("z/1", &big, 2)], at(2))
+                .is_none(),
+            "more than an eighth of the bound"
+        );
+    }
+
+    #[test]
+    fn dropping_a_watch_frees_its_bytes() {
+        let mut store = Store::new(1 << 20);
+        let (id, _) = store
+            .fill(prefix("a/"), vec![kv("a/1", "x", 2)], at(2))
+            .unwrap();
+        assert!(store.bytes() > 0);
+        assert!(store.drop_watch(id));
+        assert_eq!(store.bytes(), 0);
+        assert!(store.is_empty());
+        assert!(!store.drop_watch(id));
+    }
+}

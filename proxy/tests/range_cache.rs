@@ -1,0 +1,194 @@
+//! The range cache against real etcd: a write made directly on etcd reaches serializable reads through the proxy
+//! by the cache's watch (answered from the cache, not by going to etcd), reads never go back in revision, a write
+//! through the proxy is read back at once, and every option of Range is answered from a copy exactly as etcd
+//! answers it.
+
+mod support;
+
+use std::time::Duration;
+
+use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use proto::etcdserverpb::{PutRequest, RangeRequest, RangeResponse};
+use support::metrics;
+use testkit::wait_for;
+use tonic::transport::Channel;
+
+const CACHE_ON: &str = "--range-cache-max-bytes=67108864";
+/// A hang guard, far above an event's delivery on loopback.
+const DELIVERY_GUARD: Duration = Duration::from_secs(10);
+
+async fn put(client: &mut KvClient<Channel>, key: &str, value: &str) -> i64 {
+    let request = PutRequest {
+        key: key.into(),
+        value: value.into(),
+        ..Default::default()
+    };
+    let answer = client.put(request).await.expect("put").into_inner();
+    answer.header.expect("header").revision
+}
+
+fn serializable(key: &str, range_end: &[u8]) -> RangeRequest {
+    RangeRequest {
+        key: key.into(),
+        range_end: range_end.to_vec(),
+        serializable: true,
+        ..Default::default()
+    }
+}
+
+async fn read(client: &mut KvClient<Channel>, request: RangeRequest) -> RangeResponse {
+    client.range(request).await.expect("range").into_inner()
+}
+
+fn revision(answer: &RangeResponse) -> i64 {
+    answer.header.expect("header").revision
+}
+
+fn hits_and_misses(text: &str) -> (f64, f64) {
+    let get = |name| metrics::value(text, name, &[]).unwrap_or(0.0);
+    (
+        get("etcd_grpc_proxy_cache_hits_total"),
+        get("etcd_grpc_proxy_cache_misses_total"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_write_reaches_cached_reads_through_the_cache_watch() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
+    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
+    let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+
+    let first = put(&mut direct, "k", "v1").await;
+    let filled = read(&mut through, serializable("k", b"")).await;
+    assert_eq!(filled.kvs[0].value, b"v1"[..]);
+    let again = read(&mut through, serializable("k", b"")).await;
+    assert_eq!(again, filled, "the copy answers as etcd did");
+    let (hits, misses) = hits_and_misses(&proxy.metrics().await);
+    assert_eq!(
+        (hits, misses),
+        (1.0, 1.0),
+        "one fill, then one answer from it"
+    );
+
+    let second = put(&mut direct, "k", "v2").await;
+    assert!(second > first);
+    let mut last_revision = revision(&again);
+    let seen = wait_for("the direct write through the cache", DELIVERY_GUARD, || {
+        let mut through = through.clone();
+        async move {
+            let answer = read(&mut through, serializable("k", b"")).await;
+            Ok::<_, String>(answer).and_then(|a| {
+                if a.kvs[0].value == b"v2"[..] {
+                    Ok(a)
+                } else {
+                    Err(format!("still {:?} at {}", a.kvs[0].value, revision(&a)))
+                }
+            })
+        }
+    })
+    .await;
+    assert!(revision(&seen) >= second);
+    assert!(revision(&seen) >= last_revision);
+    last_revision = revision(&seen);
+    let (hits_after, misses_after) = hits_and_misses(&proxy.metrics().await);
+    assert_eq!(
+        misses_after, 1.0,
+        "the new value came from the cache's watch"
+    );
+    assert!(hits_after > hits);
+
+    // A write through the proxy is read back at once: the copy waits for the write's revision.
+    let third = put(&mut through, "k", "v3").await;
+    let answer = read(&mut through, serializable("k", b"")).await;
+    assert_eq!(answer.kvs[0].value, b"v3"[..]);
+    assert!(revision(&answer) >= third && revision(&answer) >= last_revision);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_range_option_is_answered_from_a_copy_as_etcd_answers_it() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
+    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
+    let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+    for (key, value) in [
+        ("p/a", "3"),
+        ("p/b", "1"),
+        ("p/c", "2"),
+        ("p/b", "4"),
+        ("q", "x"),
+    ] {
+        put(&mut direct, key, value).await;
+    }
+    let prefix = |request: RangeRequest| RangeRequest {
+        key: b"p/".to_vec(),
+        range_end: b"p0".to_vec(),
+        serializable: true,
+        ..request
+    };
+    // Fill the copy of the prefix.
+    read(&mut through, prefix(RangeRequest::default())).await;
+    let cases = [
+        RangeRequest::default(),
+        RangeRequest {
+            limit: 2,
+            ..Default::default()
+        },
+        RangeRequest {
+            limit: 3,
+            ..Default::default()
+        },
+        RangeRequest {
+            sort_order: SortOrder::Descend as i32,
+            limit: 1,
+            ..Default::default()
+        },
+        RangeRequest {
+            sort_target: SortTarget::Value as i32,
+            ..Default::default()
+        },
+        RangeRequest {
+            sort_target: SortTarget::Mod as i32,
+            sort_order: SortOrder::Descend as i32,
+            ..Default::default()
+        },
+        RangeRequest {
+            keys_only: true,
+            ..Default::default()
+        },
+        RangeRequest {
+            count_only: true,
+            limit: 1,
+            ..Default::default()
+        },
+        RangeRequest {
+            min_mod_revision: 3,
+            limit: 1,
+            ..Default::default()
+        },
+        RangeRequest {
+            max_create_revision: 3,
+            ..Default::default()
+        },
+    ];
+    let (hits_before, _) = hits_and_misses(&proxy.metrics().await);
+    for case in cases {
+        let request = prefix(case);
+        let expected = read(&mut direct, request.clone()).await;
+        let answer = read(&mut through, request.clone()).await;
+        assert_eq!(answer, expected, "{request:?}");
+    }
+    let (hits_after, _) = hits_and_misses(&proxy.metrics().await);
+    assert_eq!(
+        hits_after - hits_before,
+        10.0,
+        "every case came from the copy"
+    );
+}
