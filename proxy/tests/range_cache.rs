@@ -192,3 +192,48 @@ async fn every_range_option_is_answered_from_a_copy_as_etcd_answers_it() {
         "every case came from the copy"
     );
 }
+
+/// Whether this etcd's progress answers can move a copy (from 3.5.8: every watcher of the stream is synced).
+fn progress_moves_copies(version: testkit::Version) -> bool {
+    version == testkit::Version::V3_5_30
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linearizable_reads_from_the_cache_reflect_every_acknowledged_write() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
+    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
+    let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+    let linearizable = |key: &str| RangeRequest {
+        key: key.into(),
+        ..Default::default()
+    };
+
+    put(&mut direct, "k", "0").await;
+    // A linearizable answer that holds the whole range fills a copy too.
+    read(&mut through, linearizable("k")).await;
+    let (_, misses_after_fill) = hits_and_misses(&proxy.metrics().await);
+    for round in 1..=20 {
+        let value = round.to_string();
+        let written = put(&mut direct, "k", &value).await;
+        // A write elsewhere moves etcd's revision without an event on the cached range.
+        let elsewhere = put(&mut direct, "elsewhere", &value).await;
+        let answer = read(&mut through, linearizable("k")).await;
+        assert_eq!(answer.kvs[0].value, value.as_bytes(), "round {round}");
+        assert_eq!(answer.kvs[0].mod_revision, written, "round {round}");
+        assert!(revision(&answer) >= elsewhere, "round {round}: {answer:?}");
+    }
+    let (hits, misses) = hits_and_misses(&proxy.metrics().await);
+    if progress_moves_copies(binaries.version) {
+        assert_eq!(
+            (hits, misses),
+            (20.0, misses_after_fill),
+            "every read came from the copy"
+        );
+    } else {
+        assert_eq!(hits, 0.0, "an older etcd's progress answers prove nothing");
+    }
+}

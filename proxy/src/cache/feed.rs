@@ -132,6 +132,12 @@ impl Feed {
         stream.request_progress();
     }
 
+    /// Whether there is a copy of `range` that progress answers can bring up to a revision (from etcd 3.5.8).
+    pub fn has_copy_to_catch_up(&self, range: &super::query::KeyRange) -> bool {
+        let state = self.lock();
+        state.progress_trusted == Some(true) && state.store.get(range).is_some()
+    }
+
     async fn learn_version(self: Arc<Self>) {
         let trusted = match self.upstream.version(None).await {
             Ok(version) => !etcd_version::answers_progress_without_watchers(Some(&version)),

@@ -1,14 +1,20 @@
-//! The range cache (`--range-cache-max-bytes`): serializable Range calls answered from copies of ranges that a
-//! watch keeps current, so that a write made anywhere (directly on etcd, through another proxy) reaches the copy
-//! within one event delivery, unlike etcd's Go proxy, whose cache only writes through itself invalidate.
+//! The range cache (`--range-cache-max-bytes`): Range calls answered from copies of ranges that a watch keeps
+//! current, so that a write made anywhere (directly on etcd, through another proxy) reaches the copy within one
+//! event delivery, unlike etcd's Go proxy, whose cache only writes through itself invalidate.
 //!
 //! A copy holds every key of one range (`key`, `range_end`) at a revision: it is filled by an answer from etcd
 //! that held the whole range (any read, linearizable ones too), and from then on follows the range's watcher. Any
 //! Range over exactly that range is answered from it as etcd would answer (limits, sorts, filters, `keys_only`,
-//! `count_only`: [`query`]), with the copy's revision in its header. A copy answers only at a revision no older
-//! than any the proxy already returned (`--experimental-serializable-ordering`): a copy behind that waits briefly
-//! for its watcher's events or a progress answer to move it ([`feed`]), else the read goes to etcd.
+//! `count_only`: [`query`]), with the copy's revision in its header:
+//! - a serializable read once the copy is at the newest revision the proxy already returned (so that reads never
+//!   go back, `--experimental-serializable-ordering`), waiting briefly for the copy's events or a progress answer
+//!   to move it ([`feed`]);
+//! - a linearizable read once the copy is at etcd's revision learnt after the read arrived ([`consistent`]), so
+//!   that it reflects every write acknowledged before it (from etcd 3.5.8, whose progress answers can move a copy).
 //!
+//! A read the cache cannot answer in time goes to etcd, as without a cache.
+//!
+//! - [`consistent`]: the revision a linearizable read from the cache must reach.
 //! - [`query`]: which requests the cache can answer, and the answer from a range's keys.
 //! - [`store`]: the copies, bounded in bytes, least recently read evicted first.
 //! - [`feed`]: the cache's own watch stream that keeps the copies current.
@@ -16,6 +22,7 @@
 //! Calls that carry a token are not answered from the cache (with auth on, a copy filled for one user would have to
 //! be checked against each other user's permissions); they go to etcd as before.
 
+pub mod consistent;
 pub mod feed;
 pub mod query;
 pub mod store;
@@ -37,6 +44,7 @@ use crate::metrics::Metrics;
 use crate::upstream::{Forwarded, Retry, Upstream};
 use crate::watch::WatchService;
 use crate::watch::hub::HubConfig;
+use consistent::Revisions;
 use feed::Feed;
 use query::Query;
 use store::Store;
@@ -44,6 +52,11 @@ use store::Store;
 /// How long a serializable read waits for its copy to reach the newest revision the proxy returned before it goes
 /// to etcd instead: a few progress answers' time.
 pub const CATCH_UP_WAIT: Duration = Duration::from_millis(250);
+
+/// How long a linearizable read waits for its copy to reach etcd's revision before it goes to etcd instead. A copy
+/// whose watcher runs gets there within a progress answer's round trip; this bound is for one whose watcher is
+/// being resumed after a failover.
+pub const CONSISTENT_WAIT: Duration = Duration::from_secs(1);
 
 /// Answers of reads in flight to etcd, by request: an identical read that arrives meanwhile waits for the same
 /// answer instead of asking again.
@@ -55,6 +68,7 @@ pub struct Cache {
     upstream: Arc<Upstream>,
     metrics: Metrics,
     in_flight: InFlight,
+    revisions: Arc<Revisions>,
 }
 
 impl Cache {
@@ -87,6 +101,7 @@ impl Cache {
             upstream: upstream.clone(),
             metrics: metrics.clone(),
             in_flight: Mutex::default(),
+            revisions: Revisions::new(upstream.clone()),
         }))
     }
 
@@ -102,23 +117,31 @@ impl Cache {
         let Some(query) = query.filter(|_| !with_token) else {
             return self.upstream.unary(Retry::ReadOnly, path, request).await;
         };
-        if query.serializable {
-            if let Some(answer) = self.answer_from_copy(&query).await {
-                self.metrics.cache_hits.inc();
-                return Ok(Response::new(answer));
-            }
-            self.metrics.cache_misses.inc();
+        if let Some(answer) = self.answer_from_copy(&query).await {
+            self.metrics.cache_hits.inc();
+            return Ok(Response::new(answer));
         }
+        self.metrics.cache_misses.inc();
         let answer = self.answer_from_etcd(path, request).await?;
         self.fill(&query, &answer);
         Ok(Response::new(answer))
     }
 
-    /// The answer from the copy of the query's range, once that copy is at the newest revision the proxy returned
-    /// (waiting [`CATCH_UP_WAIT`] at most); `None` if there is no such copy or it cannot answer exactly.
+    /// The answer from the copy of the query's range, if there is one that can answer exactly in time: for a
+    /// serializable read, once the copy is at the newest revision the proxy returned; for a linearizable one,
+    /// once it is at etcd's revision learnt after the read arrived ([`consistent`]).
     async fn answer_from_copy(&self, query: &Query) -> Option<Bytes> {
-        let target = self.upstream.revision_floor();
-        let give_up = Instant::now() + CATCH_UP_WAIT;
+        let (target, wait) = if query.serializable {
+            (self.upstream.revision_floor(), CATCH_UP_WAIT)
+        } else {
+            // Without progress answers (etcd before 3.5.8) a quiet range's copy would never reach the revision.
+            if !self.feed.has_copy_to_catch_up(&query.range) {
+                return None;
+            }
+            let revision = self.revisions.current(&query.range.key).await.ok()?;
+            (revision, CONSISTENT_WAIT)
+        };
+        let give_up = Instant::now() + wait;
         loop {
             let changed = self.feed.changed();
             tokio::pin!(changed);
