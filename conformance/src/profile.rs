@@ -18,6 +18,9 @@
 //!   the back proxy; so every call, watch and keep-alive crosses two proxies, and the front one's coalesced
 //!   upstream streams are the back one's clients: both coalescers must compose and still answer like etcd. In the
 //!   clear.
+//! - `cache`: the range cache on (`--range-cache-max-bytes=268435456`): serializable reads, and linearizable ones on
+//!   etcd from 3.5.8, are answered from copies a watch keeps current whenever a copy can answer; every scenario
+//!   must still answer like direct etcd. In the clear.
 //!
 //! A profile that also needs etcd or its clients set up differently (TLS: certificates for etcd and for etcdctl;
 //! chain: a second proxy in front of the first) adds that here, next to its flags, so that every harness using
@@ -91,6 +94,12 @@ pub const ALL: &[Profile] = &[
         flags: &[],
         transport: Transport::Plain,
         proxies: 2,
+    },
+    Profile {
+        name: "cache",
+        flags: &["--range-cache-max-bytes=268435456"],
+        transport: Transport::Plain,
+        proxies: 1,
     },
 ];
 
