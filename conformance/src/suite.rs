@@ -18,7 +18,7 @@ use futures::StreamExt as _;
 
 use testkit::{Backend, Etcd, Spec};
 
-use crate::profile::{self, Endpoint, Profile, Setup, Transport};
+use crate::profile::{self, Endpoint, Profile, Proxies, Setup, Transport};
 use crate::report::{Outcome, Status};
 use crate::runner::{self, Place, Played, Stored, Transcript};
 use crate::scenario::Scenario;
@@ -277,9 +277,46 @@ async fn shared_lane(
     if let Some(Ok(model)) = model {
         model.stop().await;
     }
+    for (profile, proxies) in &proxies {
+        if let Some(outcome) = cache_was_used(spec, *profile, proxies).await {
+            outcomes.push(outcome);
+        }
+    }
     drop(proxies);
     stop_all(etcds).await;
     outcomes
+}
+
+/// Under a profile with the range cache on, whether the scenarios were answered from the cache at all: without a
+/// single answer from it the profile would pass without testing it. An outcome of its own, `cache/answered`.
+async fn cache_was_used(spec: &Spec, profile: Profile, proxies: &Proxies) -> Option<Outcome> {
+    if !profile
+        .flags
+        .iter()
+        .any(|f| f.starts_with("--range-cache-max-bytes="))
+    {
+        return None;
+    }
+    let metrics = proxies.front().metrics().await;
+    let hits: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_grpc_proxy_cache_hits_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    let status = if hits > 0.0 {
+        Status::Passed
+    } else {
+        Status::Failed("no Range call was answered from the range cache".into())
+    };
+    let lane = Lane::Proxy(profile);
+    Some(Outcome {
+        scenario: "cache/answered".into(),
+        target: lane.target(),
+        profile: lane.profile(),
+        backend: spec.backend,
+        version: spec.version,
+        status,
+    })
 }
 
 async fn stop_all(etcds: Vec<(Transport, Etcd)>) {
