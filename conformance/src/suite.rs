@@ -287,14 +287,11 @@ async fn shared_lane(
     outcomes
 }
 
-/// Under a profile with the range cache on, whether the scenarios were answered from the cache at all: without a
-/// single answer from it the profile would pass without testing it. An outcome of its own, `cache/answered`.
+/// Under a profile with the range cache on (every profile but one that turns it off), whether the scenarios were
+/// answered from the cache at all: without a single answer from it the profile would pass without testing it. An
+/// outcome of its own, `cache/answered`.
 async fn cache_was_used(spec: &Spec, profile: Profile, proxies: &Proxies) -> Option<Outcome> {
-    if !profile
-        .flags
-        .iter()
-        .any(|f| f.starts_with("--range-cache-max-bytes="))
-    {
+    if profile.flags.contains(&"--range-cache-max-bytes=0") {
         return None;
     }
     let metrics = proxies.front().metrics().await;

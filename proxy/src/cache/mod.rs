@@ -149,7 +149,9 @@ impl Cache {
             {
                 let mut state = self.feed.lock();
                 let copy = state.store.read(&query.range)?;
-                if copy.revision >= target {
+                // Only once etcd has confirmed the copy's watcher: until then nothing says a write after the fill
+                // would reach it (a member that cannot watch, say).
+                if copy.covered_from.is_some() && copy.revision >= target {
                     let answer = query.answer(copy.kvs.values(), copy.header())?;
                     return Some(Bytes::from(answer.encode_to_vec()));
                 }

@@ -14,6 +14,10 @@ const KEY_OVERHEAD: usize = 96;
 /// A range's own cost besides its keys.
 const RANGE_OVERHEAD: usize = 256;
 
+/// The most ranges the cache holds at once, whatever their bytes: each has a watcher on etcd, and a cache of many
+/// tiny ranges (single keys read once each) would otherwise cost etcd a watcher per key read.
+pub const MAX_COPIES: usize = 4096;
+
 /// The watch id of a copy's watcher on the cache's stream.
 pub type WatchId = i64;
 
@@ -216,7 +220,7 @@ impl Store {
 
     fn evict_over_bound(&mut self) -> Evicted {
         let mut evicted = Evicted::default();
-        while self.bytes > self.max_bytes {
+        while self.bytes > self.max_bytes || self.copies.len() > MAX_COPIES {
             let Some((_, range)) = self.recency.pop_first() else {
                 break;
             };
@@ -379,6 +383,20 @@ mod tests {
                 .is_none(),
             "more than an eighth of the bound"
         );
+    }
+
+    #[test]
+    fn the_number_of_ranges_is_bounded_too() {
+        let mut store = Store::new(usize::MAX / 2);
+        let mut evicted = Vec::new();
+        for n in 0..=MAX_COPIES {
+            let (_, out) = store
+                .fill(prefix(&format!("r{n}/")), vec![], at(2))
+                .unwrap();
+            evicted.extend(out.watch_ids);
+        }
+        assert_eq!(store.len(), MAX_COPIES);
+        assert_eq!(evicted, [1], "the first range, read least recently");
     }
 
     #[test]
