@@ -1,7 +1,8 @@
 //! The range cache against real etcd: a write made directly on etcd reaches serializable reads through the proxy
 //! by the cache's watch (answered from the cache, not by going to etcd), reads never go back in revision, a write
-//! through the proxy is read back at once, and every option of Range is answered from a copy exactly as etcd
-//! answers it.
+//! through the proxy is read back at once, every option of Range is answered from a copy exactly as etcd answers
+//! it, linearizable reads from the cache reflect every acknowledged write, and under auth a copy another user's
+//! read filled reaches only users etcd lets read it.
 
 mod support;
 
@@ -236,4 +237,119 @@ async fn linearizable_reads_from_the_cache_reflect_every_acknowledged_write() {
     } else {
         assert_eq!(hits, 0.0, "an older etcd's progress answers prove nothing");
     }
+}
+
+async fn authenticate(addr: &str, name: &str, password: &str) -> String {
+    let request = proto::etcdserverpb::AuthenticateRequest {
+        name: name.into(),
+        password: password.into(),
+    };
+    proto::etcdserverpb::auth_client::AuthClient::new(support::grpc::channel(addr).await)
+        .authenticate(request)
+        .await
+        .expect("authenticate")
+        .into_inner()
+        .token
+}
+
+async fn read_as(
+    client: &mut KvClient<Channel>,
+    token: &str,
+    request: RangeRequest,
+) -> Result<RangeResponse, tonic::Status> {
+    let request = support::grpc::with_meta(request, "token", token);
+    client.range(request).await.map(tonic::Response::into_inner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auth_a_cached_answer_reaches_only_users_etcd_lets_read_it() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let ep = cluster.endpoint(0);
+    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
+    put(&mut direct, "s/1", "secret").await;
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "reader:readerpw"],
+        &["user", "add", "other:otherpw"],
+        &["role", "add", "reads"],
+        &["role", "grant-permission", "reads", "read", "s/", "s0"],
+        &["user", "grant-role", "reader", "reads"],
+        &["auth", "enable"],
+    ] {
+        cluster.etcdctl(0).ok(args).await;
+    }
+    let proxy =
+        support::proxy::start(&cluster.endpoints(), &[CACHE_ON, "--user=root:rootpw"]).await;
+    let addr = proxy.addr();
+    let mut through = KvClient::new(support::grpc::channel(&addr).await);
+    let reader = authenticate(&addr, "reader", "readerpw").await;
+    let other = authenticate(&addr, "other", "otherpw").await;
+    let prefix = |serializable| RangeRequest {
+        key: b"s/".to_vec(),
+        range_end: b"s0".to_vec(),
+        serializable,
+        ..Default::default()
+    };
+
+    // How etcd refuses the other user.
+    let refused = read_as(
+        &mut direct,
+        &authenticate(&ep, "other", "otherpw").await,
+        prefix(true),
+    )
+    .await
+    .expect_err("etcd refuses a user without the permission");
+    // The reader fills the copy and is then answered from it.
+    let filled = read_as(&mut through, &reader, prefix(true)).await.unwrap();
+    let again = wait_for("an answer from the copy", DELIVERY_GUARD, || {
+        let (mut through, reader, proxy) = (through.clone(), reader.clone(), &proxy);
+        async move {
+            let answer = read_as(&mut through, &reader, prefix(true)).await.unwrap();
+            let (hits, _) = hits_and_misses(&proxy.metrics().await);
+            if hits >= 1.0 {
+                Ok(answer)
+            } else {
+                Err("no answer from the cache yet".to_string())
+            }
+        }
+    })
+    .await;
+    assert_eq!(again.kvs, filled.kvs);
+    let (hits, _) = hits_and_misses(&proxy.metrics().await);
+    // The other user gets etcd's refusal, never the copy, serializable or linearizable, however often it asks.
+    for serializable in [true, false, true] {
+        let answer = read_as(&mut through, &other, prefix(serializable)).await;
+        let status = answer.expect_err("the other user must not read the copy");
+        assert_eq!(
+            (status.code(), status.message()),
+            (refused.code(), refused.message())
+        );
+    }
+    // Without a token at all: etcd's refusal too.
+    let anonymous = through.range(prefix(true)).await.expect_err("no token");
+    assert_eq!(
+        anonymous.code(),
+        tonic::Code::InvalidArgument,
+        "{anonymous:?}"
+    );
+    let (hits_after, _) = hits_and_misses(&proxy.metrics().await);
+    assert_eq!(hits_after, hits, "nothing more was answered from the copy");
+
+    // A permission revoked directly on etcd takes effect at once.
+    cluster
+        .etcdctl(0)
+        .ok(&[
+            "--user=root:rootpw",
+            "role",
+            "revoke-permission",
+            "reads",
+            "s/",
+            "s0",
+        ])
+        .await;
+    let revoked = read_as(&mut through, &reader, prefix(true)).await;
+    assert!(revoked.is_err(), "served after revocation: {revoked:?}");
 }

@@ -1,7 +1,7 @@
 //! What keeps the cached ranges current: one Watch stream of the cache's own, served by a watch service of the
 //! cache's own (so by upstream Watch streams no client watcher shares: a client's watcher catching up cannot hold
-//! back the progress answers the cache waits for). Each cached range has a watcher from the revision after its
-//! fill; its events are applied as they come, a cancel (a compaction overtook it, etcd refused it) drops the copy,
+//! back the progress answers the cache waits for). Each cached range has a watcher from its fill's revision; its
+//! events are applied as they come, a cancel (a compaction overtook it, etcd refused it) drops the copy,
 //! and the end of the stream drops them all. The hub under it resumes the watchers after a failover from the next
 //! revision, so a copy never misses an event.
 //!
@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use super::store::{Evicted, Store, WatchId};
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
+use crate::upstream::identity::Identity;
 use crate::watch::etcd_version;
 use crate::watch::{LocalStream, StreamHandle, WatchService};
 
@@ -42,6 +43,8 @@ pub struct Feed {
     watch: WatchService,
     upstream: Arc<Upstream>,
     metrics: Metrics,
+    /// The proxy's own identity (`--user`): the cache's watchers and its question for etcd's version carry its token.
+    identity: Option<Arc<Identity>>,
 }
 
 impl Feed {
@@ -50,6 +53,7 @@ impl Feed {
         watch: WatchService,
         upstream: Arc<Upstream>,
         metrics: Metrics,
+        identity: Option<Arc<Identity>>,
     ) -> Self {
         Self {
             state: Mutex::new(State {
@@ -63,6 +67,7 @@ impl Feed {
             watch,
             upstream,
             metrics,
+            identity,
         }
     }
 
@@ -75,7 +80,10 @@ impl Feed {
         self.changed.notified()
     }
 
-    /// Starts the watcher of a copy just filled at `revision` (from the next one), opening the stream if needed.
+    /// Starts the watcher of a copy just filled at `revision`, opening the stream if needed. It starts at that
+    /// revision, not the next: etcd answers no progress request on a stream with a watcher whose start revision is
+    /// still ahead of the store (as the next one is until something is written), and the copy already reflects the
+    /// events of `revision`, which it skips.
     pub fn watch_from(
         self: &Arc<Self>,
         state: &mut State,
@@ -102,7 +110,7 @@ impl Feed {
         stream.create(WatchCreateRequest {
             key: key.to_vec(),
             range_end: end.to_vec(),
-            start_revision: revision + 1,
+            start_revision: revision,
             watch_id,
             ..Default::default()
         });
@@ -139,7 +147,11 @@ impl Feed {
     }
 
     async fn learn_version(self: Arc<Self>) {
-        let trusted = match self.upstream.version(None).await {
+        let token = match &self.identity {
+            Some(identity) => identity.token(&self.upstream).await.ok().flatten(),
+            None => None,
+        };
+        let trusted = match self.upstream.version(token.as_deref()).await {
             Ok(version) => !etcd_version::answers_progress_without_watchers(Some(&version)),
             Err(_) => return,
         };

@@ -15,15 +15,20 @@
 //! A read the cache cannot answer in time goes to etcd, as without a cache.
 //!
 //! - [`consistent`]: the revision a linearizable read from the cache must reach.
+//! - [`permission`]: when a read must be checked with etcd before a copy answers it.
 //! - [`query`]: which requests the cache can answer, and the answer from a range's keys.
 //! - [`store`]: the copies, bounded in bytes, least recently read evicted first.
 //! - [`feed`]: the cache's own watch stream that keeps the copies current.
 //!
-//! Calls that carry a token are not answered from the cache (with auth on, a copy filled for one user would have to
-//! be checked against each other user's permissions); they go to etcd as before.
+//! With auth on, copies are watched with the proxy's own identity (`--user`), and a caller gets a copy's answer
+//! only after etcd answered a `count_only`, `limit 1` read of that range with the caller's token (for a
+//! linearizable read, the request that learns the revision; for a serializable one, a serializable one): etcd's
+//! own permission check, made for every read once auth may be on ([`permission`]), so a revoked permission or an
+//! expired token takes effect at once. Without `--user`, calls with a token go to etcd.
 
 pub mod consistent;
 pub mod feed;
+pub mod permission;
 pub mod query;
 pub mod store;
 
@@ -41,11 +46,13 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::metrics::Metrics;
+use crate::upstream::identity::Identity;
 use crate::upstream::{Forwarded, Retry, Upstream};
 use crate::watch::WatchService;
 use crate::watch::hub::HubConfig;
 use consistent::Revisions;
 use feed::Feed;
+use permission::Permissions;
 use query::Query;
 use store::Store;
 
@@ -60,7 +67,8 @@ pub const CONSISTENT_WAIT: Duration = Duration::from_secs(1);
 
 /// Answers of reads in flight to etcd, by request: an identical read that arrives meanwhile waits for the same
 /// answer instead of asking again.
-type InFlight = Mutex<HashMap<Bytes, Shared<BoxFuture<'static, Result<Bytes, Status>>>>>;
+type InFlight =
+    Mutex<HashMap<(Option<String>, Bytes), Shared<BoxFuture<'static, Result<Bytes, Status>>>>>;
 
 /// The range cache of one running proxy.
 pub struct Cache {
@@ -69,6 +77,20 @@ pub struct Cache {
     metrics: Metrics,
     in_flight: InFlight,
     revisions: Arc<Revisions>,
+    /// The proxy has its own identity (`--user`): callers with a token are served from copies too.
+    own_identity: bool,
+    permissions: Permissions,
+}
+
+/// What a check with etcd says about answering from a copy: `Err` is etcd's refusal of the caller, the answer to
+/// give; `Ok(Some(None))` means etcd could not be asked (the read goes to etcd, where it is retried); `Ok(None)`
+/// means go on.
+fn refusal_or_retry(check: Result<i64, Status>) -> Result<Option<Option<Bytes>>, Status> {
+    match check {
+        Ok(_) => Ok(None),
+        Err(status) if crate::error::is_endpoint_failure(&status) => Ok(Some(None)),
+        Err(status) => Err(crate::error::to_client(status)),
+    }
 }
 
 impl Cache {
@@ -78,23 +100,33 @@ impl Cache {
         metrics: &Metrics,
         max_bytes: usize,
         hub: HubConfig,
+        identity: Option<Arc<Identity>>,
     ) -> Option<Arc<Self>> {
         if max_bytes == 0 {
             return None;
         }
         // The cache's watchers run on a watch service of their own, so on upstream streams of their own.
+        let own_identity = identity.is_some();
         let hub = HubConfig {
-            own_identity: false,
+            own_identity,
             hidden_prefix: 0,
             max_join_lag: 0,
             ..hub
         };
-        let watch = WatchService::new(upstream.clone(), metrics.clone(), hub, 1, None, None);
+        let watch = WatchService::new(
+            upstream.clone(),
+            metrics.clone(),
+            hub,
+            1,
+            identity.clone(),
+            None,
+        );
         let feed = Feed::new(
             Store::new(max_bytes),
             watch,
             upstream.clone(),
             metrics.clone(),
+            identity,
         );
         Some(Arc::new(Self {
             feed: Arc::new(feed),
@@ -102,6 +134,8 @@ impl Cache {
             metrics: metrics.clone(),
             in_flight: Mutex::default(),
             revisions: Revisions::new(upstream.clone()),
+            own_identity,
+            permissions: Permissions::default(),
         }))
     }
 
@@ -112,35 +146,63 @@ impl Cache {
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Response<Bytes>, Status> {
-        let query = Query::of(request.get_ref());
-        let with_token = Forwarded::capture(&request).token().is_some();
-        let Some(query) = query.filter(|_| !with_token) else {
+        let token = Forwarded::capture(&request).token();
+        // With auth on, copies are watched with the proxy's own identity (`--user`); without it they cannot be.
+        let cacheable = token.is_none() || self.own_identity;
+        let Some(query) = Query::of(request.get_ref()).filter(|_| cacheable) else {
             return self.upstream.unary(Retry::ReadOnly, path, request).await;
         };
-        if let Some(answer) = self.answer_from_copy(&query).await {
+        if let Some(answer) = self.answer_from_copy(&query, token.as_deref()).await? {
             self.metrics.cache_hits.inc();
             return Ok(Response::new(answer));
         }
         self.metrics.cache_misses.inc();
-        let answer = self.answer_from_etcd(path, request).await?;
+        let answer = self.answer_from_etcd(token, path, request).await?;
         self.fill(&query, &answer);
         Ok(Response::new(answer))
     }
 
     /// The answer from the copy of the query's range, if there is one that can answer exactly in time: for a
     /// serializable read, once the copy is at the newest revision the proxy returned; for a linearizable one,
-    /// once it is at etcd's revision learnt after the read arrived ([`consistent`]).
-    async fn answer_from_copy(&self, query: &Query) -> Option<Bytes> {
+    /// once it is at etcd's revision learnt after the read arrived ([`consistent`]). A caller with a token gets a
+    /// copy's answer only after etcd answered a read of that range with that token; etcd's refusal is the answer.
+    async fn answer_from_copy(
+        &self,
+        query: &Query,
+        token: Option<&str>,
+    ) -> Result<Option<Bytes>, Status> {
+        let range = &query.range;
+        let must_check = self.permissions.must_check(token);
         let (target, wait) = if query.serializable {
+            if self.feed.lock().store.get(range).is_none() {
+                return Ok(None);
+            }
+            if must_check {
+                let check = consistent::ask_count(&self.upstream, token, range, true).await;
+                self.permissions.checked(token, &check);
+                if let Some(answer) = refusal_or_retry(check)? {
+                    return Ok(answer);
+                }
+            }
             (self.upstream.revision_floor(), CATCH_UP_WAIT)
         } else {
             // Without progress answers (etcd before 3.5.8) a quiet range's copy would never reach the revision.
-            if !self.feed.has_copy_to_catch_up(&query.range) {
-                return None;
+            if !self.feed.has_copy_to_catch_up(range) {
+                return Ok(None);
             }
-            let revision = self.revisions.current(&query.range.key).await.ok()?;
-            (revision, CONSISTENT_WAIT)
+            // The request that learns the revision is made with the caller's token over its range: a check too.
+            let learnt = self.revisions.current(token, range).await;
+            self.permissions.checked(token, &learnt);
+            match learnt {
+                Ok(revision) => (revision, CONSISTENT_WAIT),
+                failed => return refusal_or_retry(failed).map(Option::flatten),
+            }
         };
+        Ok(self.wait_for_copy(query, target, wait).await)
+    }
+
+    /// The copy's answer once it is at `target`, waiting `wait` at most.
+    async fn wait_for_copy(&self, query: &Query, target: i64, wait: Duration) -> Option<Bytes> {
         let give_up = Instant::now() + wait;
         loop {
             let changed = self.feed.changed();
@@ -163,13 +225,14 @@ impl Cache {
         }
     }
 
-    /// etcd's answer, shared with identical reads already waiting for one.
+    /// etcd's answer, shared with identical reads of the same token already waiting for one.
     async fn answer_from_etcd(
         &self,
+        token: Option<String>,
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Bytes, Status> {
-        let key = request.get_ref().clone();
+        let key = (token, request.get_ref().clone());
         let answer = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             in_flight

@@ -92,6 +92,7 @@ impl Rpc {
                 metrics,
                 config.range_cache_max_bytes,
                 watch_config,
+                identity.clone(),
             ),
             members,
             identity,

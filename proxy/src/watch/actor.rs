@@ -67,6 +67,9 @@ const PROBE_AFTER_SILENCE: Duration = Duration::from_secs(5);
 /// ...and if it does not answer within this, treat the endpoint as failed. The same bound applies to creates: a
 /// member that keeps sending events but no longer hears the proxy would otherwise leave new watchers unanswered.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a progress request for clients may go unanswered before it is sent again (see
+/// [`Hub::resend_progress`]): checked on the ticks of [`CHECK_EVERY`], so sent again after one to two of them.
+const PROGRESS_RESEND_TICKS: u32 = 2;
 /// How long the actor waits for a member to say its version before opening a stream without knowing it.
 const VERSION_WAIT: Duration = Duration::from_secs(1);
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
@@ -266,6 +269,8 @@ impl Actor {
         let mut check = tokio::time::interval(CHECK_EVERY);
         let mut last_heard = Instant::now();
         let mut probe_sent: Option<Instant> = None;
+        // Ticks that found a progress request unanswered, in a row.
+        let mut progress_unanswered: u32 = 0;
         let mut creates = AnswerDeadline::default();
         // Client commands and upstream responses take turns when both are ready (see `next_woke`).
         let mut commands_first = true;
@@ -280,6 +285,13 @@ impl Actor {
                     }
                     if creates.overdue(self.hub.create_progress(), Instant::now(), PROBE_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch create in time"));
+                    }
+                    progress_unanswered = if self.hub.progress_in_flight() { progress_unanswered + 1 } else { 0 };
+                    if progress_unanswered >= PROGRESS_RESEND_TICKS {
+                        progress_unanswered = 0;
+                        if self.hub.resend_progress() {
+                            self.flush(&tx);
+                        }
                     }
                     if let Some(sent) = probe_sent {
                         if sent.elapsed() > PROBE_TIMEOUT {

@@ -183,6 +183,24 @@ impl Hub {
         !self.swatchers.is_empty() || self.progress_in_flight || !self.invalid_creates.is_empty()
     }
 
+    /// Whether a progress request was sent and not answered yet.
+    pub fn progress_in_flight(&self) -> bool {
+        self.progress_in_flight
+    }
+
+    /// etcd from 3.5.8 does not answer a progress request that finds a watcher of the stream not synced yet (one
+    /// that catches up, or was created a moment ago): 3.5.8 answered it once they were, later versions drop it. A
+    /// request the actor finds unanswered for a while is therefore sent again for the client streams still waiting;
+    /// an answer to the first that comes after all is harmless (see [`Hub::progress_answered`]). Returns whether a
+    /// request was sent.
+    pub fn resend_progress(&mut self) -> bool {
+        if !self.progress_in_flight || self.answers_idle_progress {
+            return false;
+        }
+        self.progress_in_flight = false;
+        !self.progress_waiters.is_empty() && self.probe()
+    }
+
     /// Whether no client stream is attached.
     /// Answers progress requests as etcd of `version` does (`None`: the member would not say; the newest way).
     pub fn set_etcd_version(&mut self, version: Option<&str>) {
