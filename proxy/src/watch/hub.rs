@@ -189,7 +189,8 @@ impl Hub {
     }
 
     /// etcd from 3.5.8 does not answer a progress request that finds a watcher of the stream not synced yet (one
-    /// that catches up, or was created a moment ago): 3.5.8 answered it once they were, later versions drop it. A
+    /// that catches up, or was created a moment ago): 3.5.8 to 3.5.12 answer it once they are, 3.5.13 and 3.6 on
+    /// drop it. A
     /// request the actor finds unanswered for a while is therefore sent again for the client streams still waiting;
     /// an answer to the first that comes after all is harmless (see [`Hub::progress_answered`]). Returns whether a
     /// request was sent.
