@@ -493,6 +493,41 @@ fn progress_requests_are_answered_with_etcds_progress() {
 }
 
 #[test]
+fn a_progress_request_etcd_dropped_is_sent_again_and_the_client_answered() {
+    let mut hub = hub();
+    hub.set_etcd_version(Some("3.5.30"));
+    let mut a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    hub.flush_creates();
+    assert_eq!(sent(&mut hub).len(), 1, "the create");
+    hub.upstream_response(created(1, 10));
+    assert_eq!(a.received().len(), 1, "created");
+    hub.request_progress(a.id);
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    // etcd found the watcher not synced yet and dropped it: nothing comes back, and a second request from the
+    // client waits on the first.
+    hub.request_progress(a.id);
+    assert!(sent(&mut hub).is_empty());
+    assert!(hub.progress_in_flight());
+    assert!(hub.resend_progress(), "sent again for the waiting client");
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    hub.upstream_response(WatchResponse {
+        header: header(12),
+        watch_id: -1,
+        ..Default::default()
+    });
+    assert_eq!(summary(&a.received()), vec![(-1, false, false, vec![])]);
+    assert!(!hub.resend_progress(), "nothing in flight");
+    // Before 3.5.8 etcd answers every request: nothing to send again.
+    let mut old = self::hub();
+    old.set_etcd_version(Some("3.4.23"));
+    let b = Client::open(&mut old, 2, 8);
+    old.request_progress(b.id);
+    sent(&mut old);
+    assert!(!old.resend_progress());
+}
+
+#[test]
 fn filters_and_progress_notify_apply_per_watcher() {
     let mut hub = hub();
     let mut a = Client::open(&mut hub, 1, 8);
