@@ -46,6 +46,29 @@ fn revision(answer: &RangeResponse) -> i64 {
     answer.header.expect("header").revision
 }
 
+/// One etcd member, the proxy in front of it with the cache on, and a KV client of each.
+struct Stack {
+    _cluster: testkit::EtcdCluster,
+    proxy: testkit::ProxyProcess,
+    direct: KvClient<Channel>,
+    through: KvClient<Channel>,
+}
+
+impl Stack {
+    async fn start(binaries: &testkit::Binaries) -> Self {
+        let cluster = support::cluster(binaries, 1, &[]).await;
+        let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
+        let direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
+        let through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+        Self {
+            _cluster: cluster,
+            proxy,
+            direct,
+            through,
+        }
+    }
+}
+
 fn hits_and_misses(text: &str) -> (f64, f64) {
     let get = |name| metrics::value(text, name, &[]).unwrap_or(0.0);
     (
@@ -59,10 +82,12 @@ async fn a_direct_write_reaches_cached_reads_through_the_cache_watch() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    let cluster = support::cluster(&binaries, 1, &[]).await;
-    let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
-    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
-    let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+    let Stack {
+        _cluster,
+        proxy,
+        mut direct,
+        mut through,
+    } = Stack::start(&binaries).await;
 
     let first = put(&mut direct, "k", "v1").await;
     let filled = read(&mut through, serializable("k", b"")).await;
@@ -115,10 +140,12 @@ async fn every_range_option_is_answered_from_a_copy_as_etcd_answers_it() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    let cluster = support::cluster(&binaries, 1, &[]).await;
-    let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
-    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
-    let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+    let Stack {
+        _cluster,
+        proxy,
+        mut direct,
+        mut through,
+    } = Stack::start(&binaries).await;
     for (key, value) in [
         ("p/a", "3"),
         ("p/b", "1"),
@@ -204,10 +231,12 @@ async fn linearizable_reads_from_the_cache_reflect_every_acknowledged_write() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    let cluster = support::cluster(&binaries, 1, &[]).await;
-    let proxy = support::proxy::start(&cluster.endpoints(), &[CACHE_ON]).await;
-    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(0)).await);
-    let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
+    let Stack {
+        _cluster,
+        proxy,
+        mut direct,
+        mut through,
+    } = Stack::start(&binaries).await;
     let linearizable = |key: &str| RangeRequest {
         key: key.into(),
         ..Default::default()
