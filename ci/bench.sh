@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark: direct etcd vs etcd's Go grpc-proxy vs this proxy, same load, alternating runs.
+# Side-by-side benchmark: direct etcd vs etcd's Go grpc-proxy vs this proxy (with its range cache, and for the range,
+# mixed and write-to-visible scenarios without it too), same load, alternating runs.
 #
 #   ci/bench.sh           full run (etcd 3.5.1, 3.4.23 and 3.5.30, every scenario, 3 rounds; about 10 minutes on 2
-#                         cores for the first two, so an estimated 15 with 3.5.30), writes bench/results/latest.{json,md}
+#                         cores for the first two, so an estimated 15 with 3.5.30, plus about a minute per version
+#                         for this proxy without its cache and write-to-visible), writes bench/results/latest.{json,md}
 #                         and bench/results/latest-<version>-*.svg
 #   ci/bench.sh --quick   tiny sizes, one short round (under 2 minutes after the build), writes target/bench-quick/
 #   ci/bench.sh --scale   the sizes of issues 5 and 6 (10,000 watchers on one key, 100 per stream over 100
 #                         connections, at 1, 5 and 20 puts/s; 10,000 leases over 1,000 streams), a fresh stack per
 #                         scenario case, judged against the issues' targets (about 5 minutes on 2 cores for both
 #                         versions), writes bench/results/scale.{json,md} and bench/results/scale-<version>-*.svg
-#   ci/bench.sh [--quick|--scale] ARGS...   extra ARGS go to the bench binary (see `target/release/bench --help`),
-#                         e.g. --scenario put --rounds 5 --name my-run (size and timing flags such as --rounds are
-#                         refused together with --quick or --scale, which set them all)
+#   ci/bench.sh [--quick|--scale] [--versions V,V...] ARGS...
+#                         --versions: the etcd versions to measure, from 3.5.1, 3.4.23 and 3.5.30 (default: all three
+#                         for a full run, 3.5.1 and 3.4.23 for --quick and --scale); extra ARGS go to the bench binary
+#                         (see `target/release/bench --help`), e.g. --scenario put --rounds 5 --name my-run; --name,
+#                         --out-dir, --seconds, --warmup-seconds and --rounds given here replace this script's own
+#                         (size and timing flags such as --rounds are refused together with --quick or --scale, which
+#                         set them all)
 #
-# Installs what it needs with ci/install-conformance-deps.sh (etcd 3.4.23 from Debian; etcd 3.5.1 and 3.5.30 into
-# the test kit's directories, $ETCD_351_DIR and $ETCD_3530_DIR), builds the proxy and the load generator in release
-# mode, and starts every process itself on free loopback ports.
+# Example, issue 17's range cache measurement (about 4 minutes on 2 cores after the build), writes
+# bench/results/range-cache.{json,md}:
+#   ci/bench.sh --versions 3.5.30,3.4.23 --scenario range-serializable --scenario range-linearizable \
+#     --scenario write-to-visible --name range-cache
+#
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +34,54 @@ case "${1:-}" in
     shift
     ;;
 esac
+command="ci/bench.sh$([ "$mode" = full ] || echo " --$mode") $*"
+
+# --versions is this script's; every other argument goes to the bench binary. Which of the flags this script sets
+# itself were given, so that the caller's replace them rather than being refused as repeated.
+versions=""
+given=" "
+passed=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --versions=*)
+      versions=${1#--versions=}
+      ;;
+    --versions)
+      versions=${2:?"--versions needs a list such as 3.5.30,3.4.23"}
+      shift
+      ;;
+    *)
+      case $1 in
+        --name | --name=* | --out-dir | --out-dir=* | --seconds | --seconds=* | --warmup-seconds | \
+          --warmup-seconds=* | --rounds | --rounds=*)
+          given+="${1%%=*} "
+          ;;
+      esac
+      passed+=("$1")
+      ;;
+  esac
+  shift
+done
+if [ -z "$versions" ]; then
+  versions=$([ "$mode" = full ] && echo 3.5.1,3.4.23,3.5.30 || echo 3.5.1,3.4.23)
+fi
+IFS=, read -ra versions <<<"$versions"
+for version in "${versions[@]}"; do
+  case $version in
+    3.5.1 | 3.4.23 | 3.5.30) ;;
+    *)
+      echo "ci/bench.sh: unknown etcd version $version (known: 3.5.1, 3.4.23, 3.5.30)" >&2
+      exit 2
+      ;;
+  esac
+done
+# The script's own setting of FLAG, unless the caller gave FLAG.
+default() {
+  case $given in
+    *" $1 "*) ;;
+    *) args+=("$@") ;;
+  esac
+}
 
 # Also runs ci/install-deps.sh (etcd 3.4.23).
 ci/install-conformance-deps.sh >/dev/null
@@ -38,27 +94,38 @@ $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), \
 $(. /etc/os-release && echo "$PRETTY_NAME"), Linux $(uname -r); load generator, etcd and proxies share the machine; \
 proxy built from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy proto || echo ' with uncommitted changes')"
 
-args=(
-  --etcd "3.5.1=$etcd351_dir/etcd"
-  --etcd "3.4.23=$(command -v etcd)"
+args=()
+for version in "${versions[@]}"; do
+  case $version in
+    3.5.1) args+=(--etcd "3.5.1=$etcd351_dir/etcd") ;;
+    3.4.23) args+=(--etcd "3.4.23=$(command -v etcd)") ;;
+    3.5.30) args+=(--etcd "3.5.30=$etcd3530_dir/etcd") ;;
+  esac
+done
+args+=(
   --proxy-bin target/release/etcd-grpc-proxy
   --machine "$machine"
 )
 case $mode in
   quick)
-    args+=(--quick --name quick --out-dir target/bench-quick)
-    command="ci/bench.sh --quick $*"
+    args+=(--quick)
+    default --name quick
+    default --out-dir target/bench-quick
     ;;
   scale)
     # Sizes and timing: Sizes::scale and Timing::scale in bench/src/plan.rs.
-    args+=(--scale --name scale --out-dir bench/results)
-    command="ci/bench.sh --scale $*"
+    args+=(--scale)
+    default --name scale
+    default --out-dir bench/results
     ;;
   full)
     # Full sizes: the defaults of the bench binary (see Sizes and Timing in bench/src/plan.rs), shorter runs.
-    args+=(--etcd "3.5.30=$etcd3530_dir/etcd" --name latest --out-dir bench/results --seconds 2 --warmup-seconds 0.5 --rounds 3)
-    command="ci/bench.sh $*"
+    default --name latest
+    default --out-dir bench/results
+    default --seconds 2
+    default --warmup-seconds 0.5
+    default --rounds 3
     ;;
 esac
 
-BENCH_COMMAND="${command% }" target/release/bench "${args[@]}" "$@"
+BENCH_COMMAND="${command% }" target/release/bench "${args[@]}" "${passed[@]+"${passed[@]}"}"

@@ -1,7 +1,8 @@
-//! Side-by-side benchmark of direct etcd, etcd's Go grpc-proxy and this proxy, in one run.
+//! Side-by-side benchmark of direct etcd, etcd's Go grpc-proxy and this proxy (with its range cache, and for the
+//! read scenarios and write-to-visible without it too), in one run.
 //!
 //! Data flows: [`plan`] (what to run) → [`runner`] (per etcd version a fresh [`services::Stack`]; per scenario
-//! rounds over the three targets) → [`load`] (tonic clients drive the scenario) and [`meter`] (etcd's /metrics
+//! rounds over its targets, [`plan::Scenario::targets`]) → [`load`] (tonic clients drive the scenario) and [`meter`] (etcd's /metrics
 //! via [`upstream`], CPU and memory via [`sys::procfs`]) → [`results`] (runs, medians, ratios) → [`report`]
 //! (JSON, markdown, SVG charts).
 //!

@@ -1,5 +1,6 @@
 //! The server-side view of one run: etcd's counters at the start and end of the measured window and its gauges
-//! while the load is in place, and the CPU seconds and memory of etcd and of the proxy in front of it.
+//! while the load is in place, the CPU seconds and memory of etcd and of the proxy in front of it, and the proxy's
+//! range cache hits and misses (its own metrics, read at the start and end of the window).
 //!
 //! The runner calls [`Meter::baseline`] before a scenario's setup. A scenario calls [`Meter::start`] when measuring begins (after its setup and warm-up), [`Meter::in_place`]
 //! once its load is fully established (watchers created, streams open), and [`Meter::end`] when measuring stops.
@@ -34,8 +35,51 @@ pub struct ServerCost {
     pub window_seconds: f64,
     /// The load that reached etcd in the window.
     pub upstream: UpstreamLoad,
+    /// The proxy's range cache answers in the window (None for direct, or when its metrics could not be read).
+    #[serde(default)]
+    pub proxy_cache: Option<CacheCounts>,
     /// Readings that failed (a report shows them instead of silently zero numbers).
     pub problems: Vec<String>,
+}
+
+/// Range calls a proxy answered from its cache and those it sent on, from its own metrics
+/// (`etcd_grpc_proxy_cache_hits_total`, `etcd_grpc_proxy_cache_misses_total`: the same names in etcd's Go proxy,
+/// which counts only serializable reads, and in this proxy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheCounts {
+    pub hits: f64,
+    pub misses: f64,
+}
+
+impl CacheCounts {
+    /// Reads both counters from a Prometheus text; None when neither is there.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut hits = None;
+        let mut misses = None;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value = value.trim().parse::<f64>().ok();
+            match name.split('{').next().unwrap_or_default() {
+                "etcd_grpc_proxy_cache_hits_total" => hits = value,
+                "etcd_grpc_proxy_cache_misses_total" => misses = value,
+                _ => {}
+            }
+        }
+        (hits.is_some() || misses.is_some()).then(|| Self {
+            hits: hits.unwrap_or(0.0),
+            misses: misses.unwrap_or(0.0),
+        })
+    }
+
+    /// What happened from `self` to `later`.
+    fn until(self, later: Self) -> Self {
+        Self {
+            hits: (later.hits - self.hits).max(0.0),
+            misses: (later.misses - self.misses).max(0.0),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -44,6 +88,7 @@ struct Readings {
     before: Option<EtcdCounters>,
     during: Option<EtcdCounters>,
     cpu_start: Option<(f64, Option<f64>)>,
+    cache_start: Option<CacheCounts>,
     started_at: Option<tokio::time::Instant>,
     cost: ServerCost,
     sampler: Option<JoinHandle<()>>,
@@ -52,17 +97,20 @@ struct Readings {
 /// Reads the servers of one target during one run.
 pub struct Meter {
     etcd: Service,
+    proxy: Option<Service>,
     proxy_pid: Option<u32>,
     readings: Mutex<Readings>,
     peak_rss: Arc<Mutex<Option<u64>>>,
 }
 
 impl Meter {
-    /// Meters `etcd` (its `/metrics` read over TLS when it serves TLS) and the proxy process `proxy_pid`.
-    pub fn new(etcd: &Service, proxy_pid: Option<u32>) -> Self {
+    /// Meters `etcd` (its `/metrics` read over TLS when it serves TLS) and the `proxy` in front of it, if any (its
+    /// process, and its own metrics for the cache counters).
+    pub fn new(etcd: &Service, proxy: Option<Service>) -> Self {
         Self {
             etcd: etcd.clone(),
-            proxy_pid,
+            proxy_pid: proxy.as_ref().map(Service::pid),
+            proxy,
             readings: Mutex::new(Readings::default()),
             peak_rss: Arc::new(Mutex::new(None)),
         }
@@ -77,6 +125,16 @@ impl Meter {
             Ok((200, body)) => Ok(upstream::parse(&body)),
             Ok((code, _)) => Err(format!("etcd /metrics answered HTTP {code}")),
             Err(e) => Err(format!("etcd /metrics: {e}")),
+        }
+    }
+
+    /// The proxy's cache counters now; None for direct, or when they cannot be read (not a problem of the run:
+    /// etcd's load is what the run reports).
+    async fn cache_counts(&self) -> Option<CacheCounts> {
+        let proxy = self.proxy.as_ref()?;
+        match http::get_with(proxy.addr(), proxy.metrics_path(), proxy.http_tls()).await {
+            Ok((200, body)) => CacheCounts::parse(&body),
+            _ => None,
         }
     }
 
@@ -111,6 +169,7 @@ impl Meter {
 
     /// Measuring begins: etcd's counters and both processes' CPU are read now.
     pub async fn start(&self) {
+        let cache = self.cache_counts().await;
         let counters = self.counters().await;
         let cpu = self.cpu();
         let sampler = self.proxy_pid.map(|pid| {
@@ -135,6 +194,7 @@ impl Meter {
             Err(e) => r.cost.problems.push(format!("at start: {e}")),
         }
         r.sampler = sampler;
+        r.cache_start = cache;
         r.started_at = Some(tokio::time::Instant::now());
     }
 
@@ -152,7 +212,9 @@ impl Meter {
     pub async fn end(&self) -> ServerCost {
         let counters = self.counters().await;
         let cpu = self.cpu();
+        let cache = self.cache_counts().await;
         let mut r = self.readings();
+        r.cost.proxy_cache = r.cache_start.zip(cache).map(|(a, b)| a.until(b));
         if let Some(sampler) = r.sampler.take() {
             sampler.abort();
         }
@@ -200,5 +262,32 @@ impl Drop for Meter {
         if let Some(sampler) = self.readings().sampler.take() {
             sampler.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_counts_are_read_from_either_proxys_metrics() {
+        let go = "# HELP etcd_grpc_proxy_cache_hits_total Total number of cache hits\n\
+                  # TYPE etcd_grpc_proxy_cache_hits_total gauge\n\
+                  etcd_grpc_proxy_cache_hits_total 12\n\
+                  etcd_grpc_proxy_cache_misses_total 3\n";
+        let counts = CacheCounts::parse(go).expect("both counters");
+        assert_eq!((counts.hits, counts.misses), (12.0, 3.0));
+        let later = CacheCounts {
+            hits: 112.0,
+            misses: 4.0,
+        };
+        assert_eq!(
+            counts.until(later),
+            CacheCounts {
+                hits: 100.0,
+                misses: 1.0
+            }
+        );
+        assert_eq!(CacheCounts::parse("process_cpu_seconds_total 1\n"), None);
     }
 }

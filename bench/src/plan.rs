@@ -9,26 +9,46 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The three things the same load is driven at, in the order every round visits them.
+/// The things the same load is driven at, in the order every round visits them. Every scenario visits the first
+/// three ([`Target::BASE`]); the read scenarios also visit this proxy with its range cache off
+/// ([`Scenario::targets`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Target {
     /// etcd itself, no proxy.
     Direct,
     /// `etcd grpc-proxy start`, etcd's own Go proxy, from the same etcd binary.
     GoProxy,
-    /// `etcd-grpc-proxy start`, this project.
+    /// `etcd-grpc-proxy start`, this project, as users run it (range cache on, its default size).
     RustProxy,
+    /// `etcd-grpc-proxy start --range-cache-max-bytes=0`: this project with its range cache off, a second process
+    /// in front of the same etcd, started only when a scenario of the run visits it.
+    RustProxyNoCache,
 }
 
 impl Target {
-    pub const ALL: [Target; 3] = [Target::Direct, Target::GoProxy, Target::RustProxy];
+    /// Every target, in the order a round visits them.
+    pub const ALL: [Target; 4] = [
+        Target::Direct,
+        Target::GoProxy,
+        Target::RustProxy,
+        Target::RustProxyNoCache,
+    ];
+
+    /// The targets every scenario visits.
+    pub const BASE: [Target; 3] = [Target::Direct, Target::GoProxy, Target::RustProxy];
 
     pub fn label(self) -> &'static str {
         match self {
             Target::Direct => "direct",
             Target::GoProxy => "go-proxy",
             Target::RustProxy => "this-proxy",
+            Target::RustProxyNoCache => "this-proxy-nocache",
         }
+    }
+
+    /// This project's proxy, with or without its range cache.
+    pub fn is_this_proxy(self) -> bool {
+        matches!(self, Target::RustProxy | Target::RustProxyNoCache)
     }
 }
 
@@ -62,10 +82,13 @@ pub enum Scenario {
     Mixed,
     /// A new connection per request (with --tls, a full TLS handshake), one linearizable range on it, closed.
     Handshake,
+    /// How long a write made directly on etcd takes to show in serializable reads through the target, while a client
+    /// keeps reading the key (`load::visible`): not a throughput scenario.
+    WriteToVisible,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Put,
         Scenario::RangeLinearizable,
         Scenario::RangeSerializable,
@@ -73,6 +96,7 @@ impl Scenario {
         Scenario::LeaseKeepalive,
         Scenario::Mixed,
         Scenario::Handshake,
+        Scenario::WriteToVisible,
     ];
 
     pub fn label(self) -> &'static str {
@@ -84,6 +108,42 @@ impl Scenario {
             Scenario::LeaseKeepalive => "lease-keepalive",
             Scenario::Mixed => "mixed",
             Scenario::Handshake => "handshake",
+            Scenario::WriteToVisible => "write-to-visible",
+        }
+    }
+
+    /// The targets each round visits for this scenario: this proxy without its range cache too where what the cache
+    /// changes is measured (reads, and how soon a write shows in them); the other scenarios stay at three targets,
+    /// their cost unchanged.
+    pub fn targets(self) -> &'static [Target] {
+        if self.reads() || self == Scenario::WriteToVisible {
+            &Target::ALL
+        } else {
+            &Target::BASE
+        }
+    }
+
+    /// Whether the scenario's load is (mostly) Range calls a range cache can answer: its reports show the Range
+    /// calls that reached etcd, and etcd's CPU, per client read.
+    pub fn reads(self) -> bool {
+        matches!(
+            self,
+            Scenario::RangeLinearizable | Scenario::RangeSerializable | Scenario::Mixed
+        )
+    }
+
+    /// The share of the scenario's client requests that are reads ([`Scenario::reads`]): all of them for the range
+    /// scenarios, the drawn percentages for the mixed workload (drawn uniformly from a seeded RNG, so the share of
+    /// thousands of requests is within a percent of it); None for the others.
+    pub fn read_share(self, sizes: &Sizes) -> Option<f64> {
+        match self {
+            Scenario::RangeLinearizable | Scenario::RangeSerializable => Some(1.0),
+            Scenario::Mixed => Some(
+                (f64::from(sizes.mixed_serializable_pct) + f64::from(sizes.mixed_linearizable_pct))
+                    .min(100.0)
+                    / 100.0,
+            ),
+            _ => None,
         }
     }
 }
@@ -211,6 +271,19 @@ pub struct Sizes {
     /// Mixed workload, percent of linearizable ranges.
     #[arg(long, default_value_t = 20)]
     pub mixed_linearizable_pct: u32,
+    /// Write-to-visible: writes made directly on etcd per run, each awaited in serializable reads through the target.
+    #[arg(long, default_value_t = 200)]
+    #[serde(default = "visible_writes")]
+    pub visible_writes: usize,
+    /// Write-to-visible: how long each write is awaited in reads through the target before it counts as never seen.
+    #[arg(long, default_value_t = 2.0)]
+    #[serde(default = "visible_wait_seconds")]
+    pub visible_wait_seconds: f64,
+    /// Write-to-visible: a run stops after this many writes in a row were never seen (the Go proxy's cache serves a
+    /// stale value forever: 200 writes would cost it 400 s), the writes left counting as not attempted.
+    #[arg(long, default_value_t = 5)]
+    #[serde(default = "visible_give_up_after")]
+    pub visible_give_up_after: usize,
 }
 
 impl Sizes {
@@ -232,6 +305,9 @@ impl Sizes {
             lease_ttl: 3,
             mixed_serializable_pct: 60,
             mixed_linearizable_pct: 20,
+            visible_writes: 20,
+            visible_wait_seconds: 0.5,
+            visible_give_up_after: 3,
         }
     }
 
@@ -258,6 +334,18 @@ fn one() -> usize {
     1
 }
 
+fn visible_writes() -> usize {
+    200
+}
+
+fn visible_wait_seconds() -> f64 {
+    2.0
+}
+
+fn visible_give_up_after() -> usize {
+    5
+}
+
 /// Reads a list of rates, or a single rate as reports written before rates became a list have it.
 fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<f64>, D::Error> {
     #[derive(Deserialize)]
@@ -281,7 +369,8 @@ pub struct Timing {
     /// Seconds of load before measuring starts (connections warm, caches filled).
     #[arg(long, default_value_t = 0.5)]
     pub warmup_seconds: f64,
-    /// Rounds: each round runs the scenario once at every target, in the order direct, Go proxy, this proxy.
+    /// Rounds: each round runs the scenario once at every target, in the order direct, Go proxy, this proxy (and,
+    /// for the read scenarios, this proxy with its range cache off).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
 }

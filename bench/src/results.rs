@@ -1,9 +1,11 @@
 //! The data a run produces (serialized to `<name>.json`) and its per-target summaries: medians over rounds, costs
-//! per 1,000 requests, and the load that reached etcd per client request.
+//! per 1,000 requests, the load that reached etcd per client request, and for the read scenarios the Range calls
+//! and etcd CPU per client read.
 
 use serde::{Deserialize, Serialize};
 
 use crate::load::recorder::Tally;
+use crate::load::visible::VisibilityStats;
 use crate::load::watch::WatchStats;
 use crate::meter::ServerCost;
 use crate::plan::{Scenario, Sizes, Target, Timing, TlsMode};
@@ -22,6 +24,14 @@ pub struct Run {
     /// exchange group).
     #[serde(default)]
     pub tls_session: Option<String>,
+    /// Read scenarios: client reads completed in the window (all requests of the range scenarios; of the mixed
+    /// workload, its requests times the share of reads it draws, see [`Scenario::read_share`]); write-to-visible:
+    /// the reads made awaiting the writes.
+    #[serde(default)]
+    pub client_reads: Option<f64>,
+    /// Write-to-visible: what the writes came to.
+    #[serde(default)]
+    pub visibility: Option<VisibilityStats>,
 }
 
 impl Run {
@@ -42,7 +52,8 @@ impl Run {
             | Scenario::RangeLinearizable
             | Scenario::RangeSerializable
             | Scenario::Mixed
-            | Scenario::Handshake => upstream.kv_requests() as f64,
+            | Scenario::Handshake
+            | Scenario::WriteToVisible => upstream.kv_requests() as f64,
             Scenario::WatchFanout => upstream.watchers as f64,
             Scenario::LeaseKeepalive => upstream
                 .stream_msgs
@@ -50,6 +61,32 @@ impl Run {
                 .copied()
                 .unwrap_or(0) as f64,
         }
+    }
+
+    /// Read scenarios: Range calls that reached etcd in the window per client read.
+    pub fn range_per_read(&self) -> Option<f64> {
+        let reads = self.client_reads.filter(|r| *r > 0.0)?;
+        let ranges = self
+            .server
+            .upstream
+            .requests
+            .get("Range")
+            .copied()
+            .unwrap_or(0);
+        Some(ranges as f64 / reads)
+    }
+
+    /// Read scenarios: etcd's CPU in the window per client read, µs.
+    pub fn etcd_cpu_us_per_read(&self) -> Option<f64> {
+        let reads = self.client_reads.filter(|r| *r > 0.0)?;
+        Some(self.server.etcd_cpu_seconds * 1e6 / reads)
+    }
+
+    /// Read scenarios: the proxy's cache hits in the window per client read (None for direct, or when the proxy's
+    /// metrics could not be read).
+    pub fn cache_hits_per_read(&self) -> Option<f64> {
+        let reads = self.client_reads.filter(|r| *r > 0.0)?;
+        Some(self.server.proxy_cache?.hits / reads)
     }
 }
 
@@ -59,15 +96,20 @@ pub struct TargetSummary {
     pub target: Target,
     pub rounds: usize,
     pub throughput: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_ms: f64,
     /// Failed requests summed over all rounds.
     pub errors: u64,
     pub proxy_cpu_ms_per_1k: Option<f64>,
+    #[serde(deserialize_with = "nan_if_null")]
     pub etcd_cpu_ms_per_1k: f64,
     pub proxy_peak_rss_mib: Option<f64>,
     /// Upstream units per client unit (1.0: etcd sees everything; below: the proxy saved etcd work).
+    #[serde(deserialize_with = "nan_if_null")]
     pub upstream_per_client: f64,
     /// Keep-alive streams opened on etcd (lease scenario) or watch streams open on etcd (watch scenario).
     pub upstream_streams: f64,
@@ -99,6 +141,39 @@ pub struct TargetSummary {
     /// lease scenario, Watch for the watch scenario).
     #[serde(default)]
     pub upstream_streams_open: f64,
+    /// Read scenarios: client reads per second.
+    #[serde(default)]
+    pub reads_per_second: Option<f64>,
+    /// Read scenarios: Range calls reaching etcd per client read.
+    #[serde(default)]
+    pub range_per_read: Option<f64>,
+    /// Read scenarios: etcd CPU per client read, µs.
+    #[serde(default)]
+    pub etcd_cpu_us_per_read: Option<f64>,
+    /// Read scenarios: the proxy's range cache hits per client read.
+    #[serde(default)]
+    pub cache_hits_per_read: Option<f64>,
+    /// Write-to-visible: what the writes came to, summed over rounds (None for other scenarios).
+    #[serde(default)]
+    pub visibility: Option<VisibilitySummary>,
+}
+
+/// Write-to-visible at one target: counts summed over rounds, latency quantiles as medians over rounds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VisibilitySummary {
+    pub writes: u64,
+    pub seen: u64,
+    pub never: u64,
+    pub not_attempted: u64,
+    pub wait_seconds: f64,
+    /// Reads through the target per write made.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub reads_per_write: f64,
+}
+
+/// Reads a figure that may be NaN (nothing measured), which JSON writes as null.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
 }
 
 /// The middle value (mean of the two middle ones for an even count); None for no values.
@@ -192,7 +267,42 @@ impl TargetSummary {
                 )
             })
             .unwrap_or(0.0),
+            reads_per_second: med(&|r| {
+                let reads = r.client_reads?;
+                (r.client.seconds > 0.0).then(|| reads / r.client.seconds)
+            }),
+            range_per_read: med(&|r| r.range_per_read()),
+            etcd_cpu_us_per_read: med(&|r| r.etcd_cpu_us_per_read()),
+            cache_hits_per_read: med(&|r| r.cache_hits_per_read()),
+            visibility: VisibilitySummary::of(&runs),
         })
+    }
+}
+
+impl VisibilitySummary {
+    /// Sums over the runs that have write-to-visible stats; None when none has.
+    fn of(runs: &[&Run]) -> Option<Self> {
+        let stats: Vec<&VisibilityStats> =
+            runs.iter().filter_map(|r| r.visibility.as_ref()).collect();
+        let first = stats.first()?;
+        let mut summary = VisibilitySummary {
+            wait_seconds: first.wait_seconds,
+            ..Default::default()
+        };
+        let mut reads = 0;
+        for s in &stats {
+            summary.writes += s.writes;
+            summary.seen += s.seen;
+            summary.never += s.never;
+            summary.not_attempted += s.not_attempted;
+            reads += s.reads;
+        }
+        summary.reads_per_write = if summary.writes > 0 {
+            reads as f64 / summary.writes as f64
+        } else {
+            f64::NAN
+        };
+        Some(summary)
     }
 }
 
@@ -297,6 +407,37 @@ pub struct Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_without_latencies_parses_back_from_its_json() {
+        let runs = vec![Run {
+            round: 0,
+            target: Target::GoProxy,
+            client: crate::load::recorder::Recorder::new().tally(std::time::Duration::from_secs(1)),
+            server: Default::default(),
+            etcd_metrics_read: true,
+            watch: None,
+            tls_session: None,
+            client_reads: None,
+            visibility: Some(VisibilityStats {
+                never: 3,
+                ..Default::default()
+            }),
+        }];
+        let result = ScenarioResult::new(Scenario::WriteToVisible, None, false, "s".into(), runs);
+        let json = serde_json::to_string(&result).expect("serializes");
+        let parsed: ScenarioResult = serde_json::from_str(&json).expect("parses back");
+        let summary = parsed.summary(Target::GoProxy).expect("a summary");
+        assert!(summary.p99_ms.is_nan() && summary.max_ms.is_nan());
+        assert!(
+            summary
+                .visibility
+                .as_ref()
+                .expect("stats")
+                .reads_per_write
+                .is_nan()
+        );
+    }
 
     #[test]
     fn median_takes_the_middle_or_the_mean_of_the_middle_two() {

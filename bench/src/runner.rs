@@ -1,8 +1,10 @@
-//! The side-by-side run: for each etcd version a fresh [`Stack`] (etcd, its Go proxy, this proxy; or one per
-//! scenario case with [`Plan::fresh_stack`]); for each scenario case, rounds that visit direct, Go proxy and this
-//! proxy in turn (A B C A B C ...) so that the noise of a shared machine falls on all three alike. With `--tls` the
+//! The side-by-side run: for each etcd version a fresh [`Stack`] (etcd, its Go proxy, this proxy, and this proxy
+//! with its range cache off when a scenario of the run visits it; or one per scenario case with
+//! [`Plan::fresh_stack`]); for each scenario case, rounds that visit direct, Go proxy and this proxy in turn
+//! (A B C A B C ...; for the read scenarios and write-to-visible also this proxy without its cache: A B C D A B C D
+//! ..., see [`Scenario::targets`]) so that the noise of a shared machine falls on all of them alike. With `--tls` the
 //! stack and every client speak mutual TLS; with `--tls=both` a plaintext stack and a TLS stack run side by side,
-//! and each round visits the three targets on the one, then on the other (A B C A' B' C' ...), each transport's
+//! and each round visits the targets on the one, then on the other (A B C A' B' C' ...), each transport's
 //! runs making a result of their own.
 
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use crate::load::handshake::Handshake;
 use crate::load::kv::{self, Mixed, Put, Range};
 use crate::load::lease::LeaseKeepalive;
 use crate::load::recorder::Recorder;
+use crate::load::visible::{self, WriteToVisible};
 use crate::load::watch::WatchFanout;
 use crate::load::{Shape, drive};
 use crate::meter::Meter;
@@ -62,8 +65,16 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
             current.clear();
         }
         if current.is_empty() {
+            // This proxy without its cache runs only if a case that visits it will run on this stack.
+            let visits_nocache =
+                |scenario: Scenario| scenario.targets().contains(&Target::RustProxyNoCache);
+            let nocache = if plan.fresh_stack {
+                visits_nocache(case.scenario)
+            } else {
+                plan.scenarios.iter().any(|&s| visits_nocache(s))
+            };
             for &tls in transports {
-                match start_stack(plan, etcd, tls, &mut result).await {
+                match start_stack(plan, etcd, tls, nocache, &mut result).await {
                     Ok(ready) => current.push(ready),
                     Err(failure) => {
                         result.failure = Some(failure);
@@ -76,7 +87,7 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
         let mut runs: Vec<Vec<Run>> = vec![Vec::new(); current.len()];
         for round in 0..plan.timing.rounds {
             for ((stack, direct), runs) in current.iter().zip(&mut runs) {
-                for target in Target::ALL {
+                for &target in case.scenario.targets() {
                     let run = run_once(plan, stack, direct, case, target, round).await;
                     eprintln!(
                         "bench: etcd {} {}{}{} round {} {}",
@@ -106,26 +117,33 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
     result
 }
 
-/// Starts etcd and both proxies (with mutual TLS on every link if `tls`), records the proxies' idle memory (of the
-/// first stack of the version only) and writes the hot set; returns the stack and a channel straight to etcd.
+/// Starts etcd and both proxies (and with `nocache` this proxy with its range cache off too; with mutual TLS on
+/// every link if `tls`), records the proxies' idle memory (of the first stack of the version only) and writes the
+/// hot set; returns the stack and a channel straight to etcd.
 async fn start_stack(
     plan: &Plan,
     etcd: &EtcdBinary,
     tls: bool,
+    nocache: bool,
     result: &mut VersionResult,
 ) -> Result<(Stack, Channel), String> {
     eprintln!(
-        "bench: etcd {}: starting etcd, its Go proxy and this proxy{}",
+        "bench: etcd {}: starting etcd, its Go proxy and this proxy{}{}",
         etcd.version,
+        if nocache {
+            " (with its range cache, and a second one without)"
+        } else {
+            ""
+        },
         if tls {
             ", mutual TLS on every link"
         } else {
             ""
         }
     );
-    let stack = Stack::start(etcd, &plan.proxy_bin, &plan.namespace, tls).await?;
+    let stack = Stack::start(etcd, &plan.proxy_bin, &plan.namespace, tls, nocache).await?;
     if result.idle_rss_mib.is_empty() {
-        for target in [Target::GoProxy, Target::RustProxy] {
+        for target in [Target::GoProxy, Target::RustProxy, Target::RustProxyNoCache] {
             if let Some(pid) = stack.proxy(target).map(|p| p.pid())
                 && let Ok(memory) = procfs::memory(pid)
             {
@@ -167,29 +185,37 @@ async fn run_once(
 ) -> Run {
     let scenario = case.scenario;
     let sizes = &plan.sizes;
-    let dialer = stack.entry(target).dialer();
-    let meter = Meter::new(&stack.etcd(), stack.proxy(target).map(|p| p.pid()));
+    let failed = |e: String, tls_session: Option<String>| {
+        let mut failed = Recorder::new();
+        failed.failure(e);
+        Run {
+            round,
+            target,
+            client: failed.tally(plan.timing.measured()),
+            server: Default::default(),
+            etcd_metrics_read: false,
+            watch: None,
+            tls_session,
+            client_reads: None,
+            visibility: None,
+        }
+    };
+    let dialer = match stack.entry(target) {
+        Ok(entry) => entry.dialer(),
+        Err(e) => return failed(e, None),
+    };
+    let meter = Meter::new(&stack.etcd(), stack.proxy(target));
     let connected = match scenario {
         // Its clients open their own connections.
         Scenario::Handshake => Ok(Vec::new()),
         Scenario::WatchFanout => dialer.connect(sizes.watch_connections).await,
+        // One client reading through the target.
+        Scenario::WriteToVisible => dialer.connect(1).await,
         _ => dialer.connect(sizes.connections).await,
     };
     let channels = match connected {
         Ok(channels) => channels,
-        Err(e) => {
-            let mut failed = Recorder::new();
-            failed.failure(e);
-            return Run {
-                round,
-                target,
-                client: failed.tally(plan.timing.measured()),
-                server: Default::default(),
-                etcd_metrics_read: false,
-                watch: None,
-                tls_session: dialer.negotiated(),
-            };
-        }
+        Err(e) => return failed(e, dialer.negotiated()),
     };
     meter.baseline().await;
     let shape = Shape {
@@ -205,6 +231,7 @@ async fn run_once(
         serializable,
     };
     let mut watch = None;
+    let mut visibility = None;
     let client = match scenario {
         Scenario::Put => {
             let op = Put {
@@ -262,6 +289,31 @@ async fn run_once(
             };
             keepalive.run(&channels, direct.clone(), &meter).await
         }
+        Scenario::WriteToVisible => {
+            let key = visible::key(target.label());
+            let run = WriteToVisible {
+                etcd_key: match target {
+                    Target::Direct => key.clone(),
+                    _ => [plan.namespace.as_bytes(), &key].concat(),
+                },
+                key,
+                writes: sizes.visible_writes,
+                wait: Duration::from_secs_f64(sizes.visible_wait_seconds.max(0.0)),
+                give_up_after: sizes.visible_give_up_after,
+                warmup: plan.timing.warmup(),
+                value_size: sizes.value_size,
+                tag: format!("{} round {}", target.label(), round + 1),
+            };
+            let (tally, stats) = run.run(channels[0].clone(), direct.clone(), &meter).await;
+            visibility = Some(stats);
+            tally
+        }
+    };
+    let client_reads = match &visibility {
+        Some(stats) => Some(stats.reads as f64),
+        None => scenario
+            .read_share(sizes)
+            .map(|share| client.completed as f64 * share),
     };
     drop(channels);
     if let (Scenario::WatchFanout, Some(baseline)) = (scenario, meter.baseline_watchers()) {
@@ -275,6 +327,8 @@ async fn run_once(
         etcd_metrics_read: meter.read_etcd_metrics(),
         watch,
         tls_session: dialer.negotiated(),
+        client_reads,
+        visibility,
     }
 }
 
@@ -304,12 +358,18 @@ fn brief(run: &Run) -> String {
     let c = &run.client;
     let p99 = c.latency.as_ref().map_or(f64::NAN, |l| l.p99_ms);
     let mut line = format!(
-        "{:<10} {:>9.0}/s p99 {:>7.2} ms errors {}",
+        "{:<18} {:>9.0}/s p99 {:>7.2} ms errors {}",
         run.target.label(),
         c.throughput,
         p99,
         c.errors
     );
+    if let Some(v) = &run.visibility {
+        line.push_str(&format!(
+            " (write to visible: {} of {} writes seen, {} never within {} s, {} not attempted)",
+            v.seen, v.writes, v.never, v.wait_seconds, v.not_attempted
+        ));
+    }
     if let Some(first) = c.error_samples.first() {
         line.push_str(&format!(" (first: {first})"));
     }
@@ -362,5 +422,10 @@ pub fn size_of(plan: &Plan, case: Case, tls: bool) -> String {
                 s.hot_keys
             )
         }
+        Scenario::WriteToVisible => format!(
+            "1 client: {} writes of {} B made directly on etcd, each awaited up to {} s in serializable reads of the \
+             key through the target, back to back on 1 conn; a run stops after {} writes in a row never seen",
+            s.visible_writes, s.value_size, s.visible_wait_seconds, s.visible_give_up_after
+        ),
     }
 }

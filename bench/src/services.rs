@@ -1,10 +1,11 @@
 //! The processes under test, each on free loopback ports: a one-member etcd ([`testkit::EtcdCluster`]), etcd's
 //! Go proxy in front of it (`etcd grpc-proxy start`, from the same etcd binary: [`GoProxy`], on the kit's
-//! [`Process`]) and this proxy in front of it ([`testkit::ProxyProcess`]).
+//! [`Process`]) and this proxy in front of it ([`testkit::ProxyProcess`]); when the run visits it, a second
+//! process of this proxy with its range cache off (`--range-cache-max-bytes=0`).
 //!
 //! Every process is the test kit's: killed by its own PID when dropped, so a failed or interrupted benchmark
 //! leaves nothing running, with its data and log in a temporary directory on tmpfs (`/dev/shm`) when there is one,
-//! so etcd's fsyncs do not measure the disk (the same etcd serves all three targets, so this shifts every target
+//! so etcd's fsyncs do not measure the disk (the same etcd serves every target, so this shifts every target
 //! alike). The Go proxy's data and log go in the etcd's directory, which outlives it.
 //!
 //! A failed start is not retried on new ports: the kit hands out ports outside the kernel's ephemeral range, so
@@ -37,6 +38,9 @@ pub struct Service {
     addr: String,
     pid: u32,
     tls: Option<ClientTls>,
+    /// Where its own Prometheus metrics are served: `/metrics` (this proxy, etcd), `/proxy/metrics` (etcd's Go
+    /// proxy, whose `/metrics` relays etcd's).
+    metrics_path: &'static str,
 }
 
 impl Service {
@@ -47,6 +51,11 @@ impl Service {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The HTTP path of its own Prometheus metrics.
+    pub fn metrics_path(&self) -> &'static str {
+        self.metrics_path
     }
 
     /// What opens gRPC connections to it.
@@ -107,10 +116,14 @@ impl GoProxy {
     }
 }
 
-/// One etcd and the two proxies in front of it. Fields drop in order: the proxies before etcd, whose directory
+/// The flag that turns this proxy's range cache off.
+pub const NO_CACHE_FLAG: &str = "--range-cache-max-bytes=0";
+
+/// One etcd and the proxies in front of it. Fields drop in order: the proxies before etcd, whose directory
 /// (holding the Go proxy's too) goes before the certificates, last.
 pub struct Stack {
     rust_proxy: ProxyProcess,
+    rust_proxy_nocache: Option<ProxyProcess>,
     go_proxy: GoProxy,
     etcd: EtcdCluster,
     etcd_pid: u32,
@@ -119,13 +132,15 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Starts a fresh etcd from `etcd`, then both proxies in front of it, both with `--namespace` if not empty;
-    /// with `tls`, every link is mutual TLS.
+    /// Starts a fresh etcd from `etcd`, then both proxies in front of it (and, with `nocache`, a second process of
+    /// this proxy with its range cache off), all with `--namespace` if not empty; with `tls`, every link is mutual
+    /// TLS.
     pub async fn start(
         etcd: &EtcdBinary,
         proxy_bin: &Path,
         namespace: &str,
         tls: bool,
+        nocache: bool,
     ) -> Result<Self, String> {
         let pki = tls.then(Pki::new).transpose()?;
         let client_tls = pki
@@ -161,14 +176,31 @@ impl Stack {
         .await?;
         let rust_proxy = ProxyProcess::start_with(
             proxy_bin,
-            &[upstream],
+            std::slice::from_ref(&upstream),
             &flags,
             &[("RUST_LOG", "warn")],
             client.cloned(),
         )
         .await?;
+        let rust_proxy_nocache = if nocache {
+            let mut flags = flags.clone();
+            flags.push(NO_CACHE_FLAG.to_string());
+            Some(
+                ProxyProcess::start_with(
+                    proxy_bin,
+                    &[upstream],
+                    &flags,
+                    &[("RUST_LOG", "warn")],
+                    client.cloned(),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         Ok(Self {
             rust_proxy,
+            rust_proxy_nocache,
             go_proxy,
             etcd: cluster,
             etcd_pid,
@@ -188,28 +220,40 @@ impl Stack {
             addr: self.etcd.addr(0),
             pid: self.etcd_pid,
             tls: self.client_tls.clone(),
+            metrics_path: "/metrics",
         }
     }
 
-    /// The service a target's clients talk to.
-    pub fn entry(&self, target: Target) -> Service {
-        self.proxy(target).unwrap_or_else(|| self.etcd())
+    /// The service a target's clients talk to; an error for this proxy without its cache when the stack was started
+    /// without it.
+    pub fn entry(&self, target: Target) -> Result<Service, String> {
+        match target {
+            Target::Direct => Ok(self.etcd()),
+            _ => self
+                .proxy(target)
+                .ok_or_else(|| format!("{} was not started with this stack", target.label())),
+        }
     }
 
-    /// The proxy process of a target (none for direct).
+    /// The proxy process of a target (none for direct, and none for this proxy without its cache when the stack
+    /// was started without it).
     pub fn proxy(&self, target: Target) -> Option<Service> {
+        let this = |proxy: &ProxyProcess| Service {
+            addr: proxy.addr(),
+            pid: proxy.pid(),
+            tls: self.client_tls.clone(),
+            metrics_path: "/metrics",
+        };
         match target {
             Target::Direct => None,
             Target::GoProxy => Some(Service {
                 addr: self.go_proxy.addr.clone(),
                 pid: self.go_proxy.process.pid(),
                 tls: self.client_tls.clone(),
+                metrics_path: "/proxy/metrics",
             }),
-            Target::RustProxy => Some(Service {
-                addr: self.rust_proxy.addr(),
-                pid: self.rust_proxy.pid(),
-                tls: self.client_tls.clone(),
-            }),
+            Target::RustProxy => Some(this(&self.rust_proxy)),
+            Target::RustProxyNoCache => self.rust_proxy_nocache.as_ref().map(this),
         }
     }
 }

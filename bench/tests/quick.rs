@@ -1,7 +1,7 @@
 //! The benchmark's quick mode, end to end, so that it cannot rot: real etcd 3.4.23 (Debian), etcd's Go proxy from
-//! the same binary and this proxy (the release build, as `ci/bench.sh` runs it), every scenario at tiny sizes. It
-//! asserts that every target produced results (completions, latencies, no errors, etcd's metrics read, the report
-//! written), never a speed.
+//! the same binary and this proxy (the release build, as `ci/bench.sh` runs it; with its range cache, and for the
+//! read scenarios and write-to-visible without it too), every scenario at tiny sizes. It asserts that every target
+//! produced results (completions, latencies, no errors, etcd's metrics read, the report written), never a speed.
 //!
 //! One etcd version keeps it short; `ci/bench.sh` runs every version. A second test runs a few scenarios with
 //! `--tls=both`: on a plaintext stack and on a stack with mutual TLS on every link, in the same rounds.
@@ -50,15 +50,27 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
     let idle: Vec<Target> = version.idle_rss_mib.iter().map(|(t, _)| *t).collect();
     assert_eq!(
         idle,
-        vec![Target::GoProxy, Target::RustProxy],
-        "idle RSS of both proxies"
+        vec![Target::GoProxy, Target::RustProxy, Target::RustProxyNoCache],
+        "idle RSS of every proxy"
     );
 
     let measured: Vec<Scenario> = version.scenarios.iter().map(|s| s.scenario).collect();
     assert_eq!(measured, Scenario::ALL.to_vec());
     for scenario in &version.scenarios {
         let name = scenario.scenario.label();
-        for target in Target::ALL {
+        let targets = scenario.scenario.targets();
+        assert_eq!(
+            targets.contains(&Target::RustProxyNoCache),
+            matches!(
+                scenario.scenario,
+                Scenario::RangeLinearizable
+                    | Scenario::RangeSerializable
+                    | Scenario::Mixed
+                    | Scenario::WriteToVisible
+            ),
+            "{name}: this proxy without its cache is visited exactly where the cache matters"
+        );
+        for &target in targets {
             let runs: Vec<_> = scenario
                 .runs
                 .iter()
@@ -68,8 +80,33 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
             let run = runs[0];
             let what = format!("{name} at {}: {run:#?}", target.label());
             let client = &run.client;
-            assert!(client.completed > 0, "nothing completed: {what}");
             assert_eq!(client.errors, 0, "errors: {what}");
+            if scenario.scenario == Scenario::WriteToVisible {
+                let visible = run
+                    .visibility
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("no write-to-visible stats: {what}"));
+                assert!(visible.writes > 0, "{what}");
+                assert_eq!(visible.seen, client.completed, "{what}");
+                assert_eq!(visible.seen + visible.never, visible.writes, "{what}");
+                match target {
+                    // etcd's Go proxy serves its cached value until a write through itself: whatever it shows, the
+                    // run ends (it gives up after a few writes in a row never seen).
+                    Target::GoProxy => {}
+                    // One member: a serializable read after the write's acknowledgement sees it.
+                    Target::Direct | Target::RustProxyNoCache => {
+                        assert_eq!(visible.seen, visible.writes, "{what}")
+                    }
+                    // The cache's copy follows its watch: the writes show.
+                    Target::RustProxy => assert!(visible.seen > 0, "{what}"),
+                }
+                if visible.seen == 0 {
+                    assert_eq!(client.latency, None, "{what}");
+                    assert!(run.etcd_metrics_read, "etcd /metrics not read: {what}");
+                    continue;
+                }
+            }
+            assert!(client.completed > 0, "nothing completed: {what}");
             let latency = client
                 .latency
                 .as_ref()
@@ -137,6 +174,29 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
                         "idle memory is read from proxies only: {what}"
                     );
                 }
+                Scenario::RangeSerializable | Scenario::RangeLinearizable | Scenario::Mixed => {
+                    assert!(
+                        run.client_reads.is_some_and(|r| r > 0.0),
+                        "client reads: {what}"
+                    );
+                    assert!(run.range_per_read().is_some(), "{what}");
+                    assert!(run.etcd_cpu_us_per_read().is_some(), "{what}");
+                    let hits = run.server.proxy_cache.map(|c| c.hits);
+                    match target {
+                        Target::Direct => assert_eq!(hits, None, "{what}"),
+                        // etcd 3.4's Go proxy does not serve its own metrics (its /metrics relays etcd's).
+                        Target::GoProxy => {}
+                        // This proxy's cache answers serializable reads.
+                        Target::RustProxy => {
+                            if scenario.scenario == Scenario::RangeSerializable {
+                                assert!(hits.is_some_and(|h| h > 0.0), "no cache hit: {what}");
+                            }
+                        }
+                        Target::RustProxyNoCache => {
+                            assert!(hits.is_none_or(|h| h == 0.0), "cache hits: {what}")
+                        }
+                    }
+                }
                 Scenario::LeaseKeepalive => {
                     assert!(run.server.window_seconds > 0.0, "{what}");
                     if target == Target::Direct {
@@ -153,7 +213,11 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
                 _ => {}
             }
         }
-        assert_eq!(scenario.summaries.len(), 3, "{name}: a summary per target");
+        assert_eq!(
+            scenario.summaries.len(),
+            targets.len(),
+            "{name}: a summary per target"
+        );
     }
 
     let written = bench::report::write(&report, out.path()).expect("write the report");
@@ -199,6 +263,10 @@ async fn quick_mode_measures_every_scenario_at_every_target_and_writes_the_repor
         "Watch fan-out (medians",
         "Lease keep-alive (medians",
         "Handshakes (medians",
+        "Range load reaching etcd (medians",
+        "Write to visible (",
+        "| range-serializable | this-proxy-nocache |",
+        "| write-to-visible | go-proxy |",
         "- transport: plaintext",
     ] {
         assert!(markdown.contains(section), "{section} missing: {markdown}");

@@ -8,6 +8,7 @@
 //! - [`watch`]: W watchers on one key (P per Watch stream), puts at a steady rate, completeness, put-to-delivery
 //!   and put-to-last-delivery latency ([`fanout`]), idle memory per watcher.
 //! - [`lease`]: L leases kept alive over S streams.
+//! - [`visible`]: how long a write made directly on etcd takes to show in serializable reads through a target.
 
 pub mod dial;
 pub mod fanout;
@@ -15,6 +16,7 @@ pub mod handshake;
 pub mod kv;
 pub mod lease;
 pub mod recorder;
+pub mod visible;
 pub mod watch;
 
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! The markdown report: per etcd version, one row per scenario and target with medians over rounds, then the
-//! ratios that answer "what does each proxy cost and save", then the figures of the watch, lease and handshake
-//! scenarios in their own terms, and with `--tls=both` each case over TLS against itself in plaintext.
+//! ratios that answer "what does each proxy cost and save" (this proxy with its range cache and, where measured,
+//! without it, each against direct etcd and the Go proxy), then the Range load reaching etcd per client read, the
+//! figures of the watch, lease, handshake and write-to-visible scenarios in their own terms, and with `--tls=both`
+//! each case over TLS against itself in plaintext.
 
 use std::fmt::Write as _;
 
@@ -15,11 +17,25 @@ pub fn markdown(report: &Report) -> String {
     let _ = writeln!(out, "# Benchmark `{}`\n", report.name);
     let _ = writeln!(out, "- machine: {}", report.machine);
     let _ = writeln!(out, "- command: `{}`", report.command);
+    let nocache = report
+        .versions
+        .iter()
+        .flat_map(|v| &v.scenarios)
+        .any(|s| s.summary(Target::RustProxyNoCache).is_some());
     let _ = writeln!(
         out,
-        "- each run: {} s warm-up, {} s measured; {} round(s), targets alternating direct, Go proxy, this proxy; \
+        "- each run: {} s warm-up, {} s measured; {} round(s), targets alternating direct, Go proxy, this proxy{}; \
          medians over rounds",
-        t.warmup_seconds, t.seconds, t.rounds
+        t.warmup_seconds,
+        t.seconds,
+        t.rounds,
+        if nocache {
+            " (`this-proxy`: its range cache on, the default) and, for the range, mixed and write-to-visible \
+             scenarios, this proxy with its range cache off (`this-proxy-nocache`, `--range-cache-max-bytes=0`, a \
+             second process in front of the same etcd)"
+        } else {
+            ""
+        }
     );
     const MUTUAL: &str = "mutual TLS on every link: etcd serves TLS with --client-cert-auth, both proxies dial \
         it over TLS with a client certificate and serve TLS requiring one, the benchmark's clients present one (full \
@@ -31,7 +47,7 @@ pub fn markdown(report: &Report) -> String {
             TlsMode::Off => "plaintext".to_string(),
             TlsMode::On => MUTUAL.to_string(),
             TlsMode::Both => format!(
-                "each case twice, on a plaintext stack and on a TLS stack ({MUTUAL}); every round visits the three \
+                "each case twice, on a plaintext stack and on a TLS stack ({MUTUAL}); every round visits the \
                  targets in plaintext, then over TLS; cases over TLS are marked (TLS)"
             ),
         }
@@ -90,7 +106,7 @@ fn version_section(out: &mut String, version: &VersionResult, report: &Report) {
          | proxy peak RSS MiB | reached etcd |"
     );
     let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|");
-    for scenario in &version.scenarios {
+    for scenario in throughput_cases(version) {
         for s in &scenario.summaries {
             let _ = writeln!(
                 out,
@@ -115,13 +131,19 @@ fn version_section(out: &mut String, version: &VersionResult, report: &Report) {
     );
     let _ = writeln!(
         out,
-        "| scenario | Go proxy / direct ops/s | this / direct ops/s | this / Go ops/s | this / Go p99 \
+        "| scenario | this = | Go proxy / direct ops/s | this / direct ops/s | this / Go ops/s | this / Go p99 \
          | this / Go proxy CPU per op | etcd work per op: direct, Go, this |"
     );
-    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|---|");
-    for scenario in &version.scenarios {
-        ratio_row(out, scenario);
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|---|");
+    for scenario in throughput_cases(version) {
+        for this in [Target::RustProxy, Target::RustProxyNoCache] {
+            if scenario.summary(this).is_some() {
+                ratio_row(out, scenario, this);
+            }
+        }
     }
+    range_table(out, version);
+    visible_table(out, version);
     watch_table(out, version);
     lease_table(out, version);
     handshake_table(out, version);
@@ -157,7 +179,16 @@ fn version_section(out: &mut String, version: &VersionResult, report: &Report) {
     }
 }
 
-fn ratio_row(out: &mut String, scenario: &ScenarioResult) {
+/// The cases measured in operations per second: all but write-to-visible.
+fn throughput_cases(version: &VersionResult) -> impl Iterator<Item = &ScenarioResult> {
+    version
+        .scenarios
+        .iter()
+        .filter(|s| s.scenario != Scenario::WriteToVisible)
+}
+
+/// One row of ratios, `this` standing for this proxy with its cache (`this-proxy`) or without (`this-proxy-nocache`).
+fn ratio_row(out: &mut String, scenario: &ScenarioResult, this: Target) {
     let get = |t| scenario.summary(t);
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 && a.is_finite() && b.is_finite() => format!("{:.2}", a / b),
@@ -173,17 +204,128 @@ fn ratio_row(out: &mut String, scenario: &ScenarioResult) {
     };
     let _ = writeln!(
         out,
-        "| {} | {} | {} | {} | {} | {} | {}, {}, {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {}, {}, {} |",
         scenario.name(),
+        this.label(),
         ratio(tput(Target::GoProxy), tput(Target::Direct)),
-        ratio(tput(Target::RustProxy), tput(Target::Direct)),
-        ratio(tput(Target::RustProxy), tput(Target::GoProxy)),
-        ratio(p99(Target::RustProxy), p99(Target::GoProxy)),
-        ratio(cpu(Target::RustProxy), cpu(Target::GoProxy)),
+        ratio(tput(this), tput(Target::Direct)),
+        ratio(tput(this), tput(Target::GoProxy)),
+        ratio(p99(this), p99(Target::GoProxy)),
+        ratio(cpu(this), cpu(Target::GoProxy)),
         work(Target::Direct),
         work(Target::GoProxy),
-        work(Target::RustProxy),
+        work(this),
     );
+}
+
+/// The read scenarios: the Range calls that reached etcd and etcd's CPU, per client read, each target against
+/// direct etcd and the Go proxy.
+fn range_table(out: &mut String, version: &VersionResult) {
+    // Reports written before these figures were measured have none: no table then.
+    let cases: Vec<&ScenarioResult> = version
+        .scenarios
+        .iter()
+        .filter(|s| s.scenario.reads())
+        .filter(|s| s.summaries.iter().any(|t| t.range_per_read.is_some()))
+        .collect();
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nRange load reaching etcd (medians; over the measured window: etcd's own \
+         `grpc_server_handled_total{{grpc_service=\"etcdserverpb.KV\",grpc_method=\"Range\"}}` from its /metrics and \
+         etcd's CPU from /proc, each divided by the client reads; a mixed run's reads are its requests times the \
+         share of reads it draws, and its etcd CPU includes its puts'; cache hits from each proxy's own `etcd_grpc_proxy_cache_hits_total`: the Go proxy counts serializable \
+         reads only, and etcd 3.4's does not serve its own metrics, hence -):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| case | target | client reads/s | Range calls on etcd per client read | etcd CPU µs per client read \
+         | etcd CPU per read / direct | etcd CPU per read / Go | cache hits per client read |"
+    );
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|");
+    for case in cases {
+        let cpu_of = |t| {
+            case.summary(t)
+                .and_then(|s: &TargetSummary| s.etcd_cpu_us_per_read)
+        };
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 && a.is_finite() => num(a / b, 2),
+            _ => "-".into(),
+        };
+        for s in &case.summaries {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                case.name(),
+                s.target.label(),
+                opt(s.reads_per_second, 0),
+                opt(s.range_per_read, 3),
+                opt(s.etcd_cpu_us_per_read, 1),
+                ratio(s.etcd_cpu_us_per_read, cpu_of(Target::Direct)),
+                ratio(s.etcd_cpu_us_per_read, cpu_of(Target::GoProxy)),
+                opt(s.cache_hits_per_read, 3),
+            );
+        }
+    }
+}
+
+/// Write-to-visible: how long a write made directly on etcd takes to show in serializable reads through each target.
+fn visible_table(out: &mut String, version: &VersionResult) {
+    let cases = scenarios_of(version, Scenario::WriteToVisible);
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWrite to visible (a client writes a key directly on etcd, then reads it through the target, serializable, \
+         back to back until a read returns the new value; latency from the write's acknowledgement to that read's \
+         answer, over the writes seen, medians over rounds; writes summed over rounds):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| case | target | writes | seen | never seen | not attempted | write to visible p50 / p99 / max ms \
+         | reads per write | cache hits per read | Range calls on etcd per read |"
+    );
+    let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for case in cases {
+        for s in &case.summaries {
+            let Some(v) = &s.visibility else {
+                continue;
+            };
+            let latency = if v.seen == 0 {
+                format!("never within {} s", v.wait_seconds)
+            } else {
+                format!(
+                    "{} / {} / {}",
+                    num(s.p50_ms, 2),
+                    num(s.p99_ms, 2),
+                    num(s.max_ms, 2)
+                )
+            };
+            let not_attempted = if v.not_attempted > 0 {
+                format!("{} (gave up)", v.not_attempted)
+            } else {
+                "0".into()
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} within {} s | {} | {} | {} | {} | {} |",
+                case.name(),
+                s.target.label(),
+                v.writes,
+                v.seen,
+                v.never,
+                v.wait_seconds,
+                not_attempted,
+                latency,
+                num(v.reads_per_write, 1),
+                opt(s.cache_hits_per_read, 3),
+                opt(s.range_per_read, 3),
+            );
+        }
+    }
 }
 
 fn scenarios_of(version: &VersionResult, scenario: Scenario) -> Vec<&ScenarioResult> {
@@ -463,6 +605,8 @@ mod tests {
             etcd_metrics_read: true,
             watch: None,
             tls_session: None,
+            client_reads: None,
+            visibility: None,
         }
     }
 
@@ -498,7 +642,9 @@ mod tests {
         let text = markdown(&report);
         // Go/direct 0.50, this/direct 0.60, this/Go 1.20, p99 this/Go 0.50, CPU per op this/Go 0.50.
         assert!(
-            text.contains("| put | 0.50 | 0.60 | 1.20 | 0.50 | 0.50 | 1.00, 1.00, 1.00 |"),
+            text.contains(
+                "| put | this-proxy | 0.50 | 0.60 | 1.20 | 0.50 | 0.50 | 1.00, 1.00, 1.00 |"
+            ),
             "{text}"
         );
         // CPU per 1,000 ops: 1 s of proxy CPU over 1000 ops is 1000 ms per 1k.
@@ -507,5 +653,120 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("this-proxy 7.0 MiB"), "{text}");
+    }
+
+    fn report_of(scenarios: Vec<ScenarioResult>) -> Report {
+        Report {
+            name: "t".into(),
+            machine: "m".into(),
+            command: "c".into(),
+            sizes: Sizes::quick(),
+            timing: Timing::quick(),
+            seed: 1,
+            check_targets: false,
+            tls: TlsMode::Off,
+            versions: vec![VersionResult {
+                version: "3.5.30".into(),
+                idle_rss_mib: vec![],
+                scenarios,
+                failure: None,
+            }],
+        }
+    }
+
+    /// A read run: 1000 client reads, `ranges` of them reaching etcd, `etcd_cpu` seconds of etcd CPU.
+    fn read_run(target: Target, throughput: f64, ranges: u64, etcd_cpu: f64) -> Run {
+        let mut run = run(
+            target,
+            throughput,
+            2.0,
+            (target != Target::Direct).then_some(0.5),
+        );
+        run.server.upstream.requests.clear();
+        run.server.upstream.requests.insert("Range".into(), ranges);
+        run.server.etcd_cpu_seconds = etcd_cpu;
+        run.client_reads = Some(1000.0);
+        if target.is_this_proxy() || target == Target::GoProxy {
+            run.server.proxy_cache = Some(crate::meter::CacheCounts {
+                hits: 1000.0 - ranges as f64,
+                misses: ranges as f64,
+            });
+        }
+        run
+    }
+
+    #[test]
+    fn range_runs_show_both_variants_of_this_proxy_and_the_range_load_per_read_against_direct_and_go()
+     {
+        let runs = vec![
+            read_run(Target::Direct, 10_000.0, 1000, 0.1),
+            read_run(Target::GoProxy, 5_000.0, 1000, 0.1),
+            read_run(Target::RustProxy, 20_000.0, 10, 0.01),
+            read_run(Target::RustProxyNoCache, 8_000.0, 1000, 0.1),
+        ];
+        let report = report_of(vec![ScenarioResult::new(
+            Scenario::RangeSerializable,
+            None,
+            false,
+            "size".into(),
+            runs,
+        )]);
+        let text = markdown(&report);
+        for row in [
+            "| range-serializable | this-proxy | 0.50 | 2.00 | 4.00 | 1.00 | 1.00 | 1.00, 1.00, 0.01 |",
+            "| range-serializable | this-proxy-nocache | 0.50 | 0.80 | 1.60 | 1.00 | 1.00 | 1.00, 1.00, 1.00 |",
+            // 100 µs of etcd CPU per read direct, 10 µs with the cache.
+            "| range-serializable | this-proxy | 20000 | 0.010 | 10.0 | 0.10 | 0.10 | 0.990 |",
+            "| range-serializable | this-proxy-nocache | 8000 | 1.000 | 100.0 | 1.00 | 1.00 | 0.000 |",
+            "| range-serializable | direct | 10000 | 1.000 | 100.0 | 1.00 | 1.00 | - |",
+        ] {
+            assert!(text.contains(row), "{row} missing: {text}");
+        }
+    }
+
+    #[test]
+    fn write_to_visible_has_a_table_of_its_own_and_a_target_that_never_shows_a_write_says_so() {
+        use crate::load::visible::VisibilityStats;
+        let visible = |target, seen: u64, never: u64, not_attempted: u64| {
+            let mut run = run(target, 100.0, 3.0, None);
+            run.client.completed = seen;
+            if seen == 0 {
+                run.client.latency = None;
+            }
+            run.visibility = Some(VisibilityStats {
+                writes: seen + never,
+                seen,
+                never,
+                not_attempted,
+                wait_seconds: 2.0,
+                reads: (seen + never) * 4,
+                stale_reads: 0,
+            });
+            run
+        };
+        let runs = vec![
+            visible(Target::Direct, 200, 0, 0),
+            visible(Target::GoProxy, 0, 5, 195),
+            visible(Target::RustProxy, 200, 0, 0),
+            visible(Target::RustProxyNoCache, 200, 0, 0),
+        ];
+        let report = report_of(vec![ScenarioResult::new(
+            Scenario::WriteToVisible,
+            None,
+            false,
+            "size".into(),
+            runs,
+        )]);
+        let text = markdown(&report);
+        for row in [
+            "| write-to-visible | go-proxy | 5 | 0 | 5 within 2 s | 195 (gave up) | never within 2 s | 4.0 | - | - |",
+            "| write-to-visible | this-proxy | 200 | 200 | 0 within 2 s | 0 | 1.00 / 3.00 / 6.00 | 4.0 | - | - |",
+        ] {
+            assert!(text.contains(row), "{row} missing: {text}");
+        }
+        assert!(
+            !text.contains("| write-to-visible | direct | 100 |"),
+            "no ops/s row: {text}"
+        );
     }
 }

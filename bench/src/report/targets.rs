@@ -213,6 +213,11 @@ mod tests {
             idle_memory_settled: Some(true),
             upstream_msgs_per_second: Some(1000.0),
             upstream_streams_open: 1.0,
+            reads_per_second: None,
+            range_per_read: None,
+            etcd_cpu_us_per_read: None,
+            cache_hits_per_read: None,
+            visibility: None,
         }
     }
 
