@@ -2,14 +2,22 @@
 //! event, a duplicate, a reordering, a broken progress promise, an early expiry, a late expiry, two upstream streams,
 //! two upstream watchers on one range, a leftover upstream watcher, a failed read, a write with the wrong code, a
 //! lost acknowledged write, a hung call, a proxy that left tasks running, a namespaced proxy reaching outside its
-//! prefix.
+//! prefix, a stale or wrongly cut Range answer, a client's revisions going backwards, a linearizable answer missing
+//! an acknowledged write, a cache run that checked too little or never hit the cache.
 
 use std::time::Duration;
 
-use proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
-use proto::mvccpb::Event;
+use proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use proto::etcdserverpb::{
+    DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, ResponseHeader,
+};
+use proto::mvccpb::{Event, KeyValue};
 use std::collections::{BTreeMap, BTreeSet};
 
+use sim::check::cache::{
+    AckedWrite, CacheMetrics, Minimums, ReadLog, ReadOutcome, Timeline, check_answers, check_cache,
+    check_linearizable, check_monotonic,
+};
 use sim::check::calls::{CallKind, CallLog, CallOutcome, check_calls};
 use sim::check::census::{CensusLog, check_census};
 use sim::check::hygiene::check_hygiene;
@@ -627,4 +635,416 @@ fn confinement_checker_catches_a_request_or_a_write_outside_the_namespace() {
     let violations = check_confinement(&store.history, &namespaces());
     assert_eq!(violations.len(), 1);
     assert!(violations[0].contains("b\"b\""), "{violations:?}");
+}
+
+/// Puts a=1 (2, at 1 s), b=1 (3, 2 s), a=2 (4, 3 s), deletes a (5, 4 s), puts c=1 (6, 5 s); compacts at 5 (5.5 s).
+fn cache_history() -> History {
+    let mut store = Store::new();
+    let put = |store: &mut Store, key: &str, value: &str, at: f64| {
+        store
+            .put(
+                &PutRequest {
+                    key: key.into(),
+                    value: value.into(),
+                    ..Default::default()
+                },
+                secs(at),
+            )
+            .unwrap();
+    };
+    put(&mut store, "a", "1", 1.0);
+    put(&mut store, "b", "1", 2.0);
+    put(&mut store, "a", "2", 3.0);
+    store
+        .delete_range(
+            &DeleteRangeRequest {
+                key: b"a".to_vec(),
+                ..Default::default()
+            },
+            secs(4.0),
+        )
+        .unwrap();
+    put(&mut store, "c", "1", 5.0);
+    store.compact(5, secs(5.5)).unwrap();
+    store.history
+}
+
+fn kv(key: &str, value: &str, create: i64, modified: i64, version: i64) -> KeyValue {
+    KeyValue {
+        key: key.as_bytes().to_vec().into(),
+        value: value.as_bytes().to_vec().into(),
+        create_revision: create,
+        mod_revision: modified,
+        version,
+        lease: 0,
+    }
+}
+
+/// The model's a=1, a=2, b=1 and c=1 as etcd returns them.
+fn a1() -> KeyValue {
+    kv("a", "1", 2, 2, 1)
+}
+fn a2() -> KeyValue {
+    kv("a", "2", 2, 4, 2)
+}
+fn b1() -> KeyValue {
+    kv("b", "1", 3, 3, 1)
+}
+fn c1() -> KeyValue {
+    kv("c", "1", 6, 6, 1)
+}
+
+/// A serializable read of every key.
+fn everything() -> RangeRequest {
+    RangeRequest {
+        key: b"\0".to_vec(),
+        range_end: b"\0".to_vec(),
+        serializable: true,
+        ..Default::default()
+    }
+}
+
+fn answer(revision: i64, kvs: Vec<KeyValue>, count: i64, more: bool) -> ReadOutcome {
+    ReadOutcome::Answer(RangeResponse {
+        header: Some(ResponseHeader {
+            revision,
+            ..Default::default()
+        }),
+        kvs,
+        count,
+        more,
+    })
+}
+
+fn read(client: &str, at: f64, request: RangeRequest, outcome: ReadOutcome) -> ReadLog {
+    ReadLog {
+        client: client.into(),
+        started: secs(at),
+        finished: secs(at + 0.05),
+        request,
+        outcome,
+    }
+}
+
+/// Correct answers at revisions 3, 4 and 6 with every option the cache applies (one of them after the compaction
+/// at 5, of a revision it discarded).
+fn good_reads() -> Vec<ReadLog> {
+    let keys_only = |kv: KeyValue| KeyValue {
+        value: Default::default(),
+        ..kv
+    };
+    vec![
+        read(
+            "r",
+            3.1,
+            everything(),
+            answer(4, vec![a2(), b1()], 2, false),
+        ),
+        read(
+            "r",
+            3.2,
+            RangeRequest {
+                limit: 1,
+                ..everything()
+            },
+            answer(4, vec![a2()], 2, true),
+        ),
+        // etcd's count_only returns no keys, so the limit cuts nothing: `more` is false.
+        read(
+            "r",
+            3.3,
+            RangeRequest {
+                limit: 1,
+                count_only: true,
+                ..everything()
+            },
+            answer(4, vec![], 2, false),
+        ),
+        read(
+            "r",
+            3.4,
+            RangeRequest {
+                min_mod_revision: 4,
+                ..everything()
+            },
+            answer(4, vec![a2()], 2, false),
+        ),
+        read(
+            "s",
+            2.5,
+            RangeRequest {
+                keys_only: true,
+                ..everything()
+            },
+            answer(3, vec![keys_only(a1()), keys_only(b1())], 2, false),
+        ),
+        read(
+            "s",
+            5.1,
+            RangeRequest {
+                sort_order: SortOrder::Descend as i32,
+                limit: 1,
+                ..everything()
+            },
+            answer(6, vec![c1()], 2, true),
+        ),
+        read(
+            "s",
+            5.2,
+            RangeRequest {
+                sort_target: SortTarget::Mod as i32,
+                ..everything()
+            },
+            answer(6, vec![b1(), c1()], 2, false),
+        ),
+        // A copy that had no event since revision 6 answers after the compaction at 5.
+        read(
+            "t",
+            5.8,
+            RangeRequest {
+                key: b"c".to_vec(),
+                range_end: Vec::new(),
+                ..everything()
+            },
+            answer(6, vec![c1()], 1, false),
+        ),
+        read(
+            "t",
+            5.9,
+            RangeRequest {
+                serializable: false,
+                ..everything()
+            },
+            answer(6, vec![b1(), c1()], 2, false),
+        ),
+    ]
+}
+
+#[test]
+fn cache_answers_checker_accepts_the_models_state_with_etcds_options() {
+    let timeline = Timeline::new(&cache_history());
+    assert_eq!(
+        check_answers(&timeline, &good_reads()),
+        Vec::<String>::new()
+    );
+    assert_eq!(check_monotonic(&good_reads()), Vec::<String>::new());
+}
+
+#[test]
+fn cache_answers_checker_catches_stale_answers_wrong_counts_and_future_revisions() {
+    let timeline = Timeline::new(&cache_history());
+    let bad = [
+        // A stale copy: a=1 (revision 2) presented as the state at 4.
+        read(
+            "r",
+            3.5,
+            everything(),
+            answer(4, vec![a1(), b1()], 2, false),
+        ),
+        // A copy that missed the delete at 5 (a compaction overtook its watcher) and moved on with c's event.
+        read(
+            "r",
+            5.7,
+            everything(),
+            answer(6, vec![a2(), b1(), c1()], 3, false),
+        ),
+        // Wrong count, and `more` where etcd cuts nothing (count_only): the model's former reading.
+        read(
+            "r",
+            3.6,
+            everything(),
+            answer(4, vec![a2(), b1()], 3, false),
+        ),
+        read(
+            "r",
+            3.7,
+            RangeRequest {
+                limit: 1,
+                count_only: true,
+                ..everything()
+            },
+            answer(4, vec![], 2, true),
+        ),
+        // keys_only with the values still there; a filter not applied.
+        read(
+            "r",
+            3.8,
+            RangeRequest {
+                keys_only: true,
+                ..everything()
+            },
+            answer(4, vec![a2(), b1()], 2, false),
+        ),
+        read(
+            "r",
+            3.9,
+            RangeRequest {
+                min_mod_revision: 4,
+                ..everything()
+            },
+            answer(4, vec![a2(), b1()], 2, false),
+        ),
+        // Revision 6 was committed at 5 s: an answer at 4.5 s cannot hold it.
+        read(
+            "r",
+            4.4,
+            everything(),
+            answer(6, vec![b1(), c1()], 2, false),
+        ),
+        read(
+            "r",
+            4.6,
+            everything(),
+            ReadOutcome::Answer(RangeResponse::default()),
+        ),
+    ];
+    let violations = check_answers(&timeline, &bad);
+    assert_eq!(violations.len(), bad.len(), "{violations:#?}");
+    assert!(violations[0].contains("a=1@2"), "{}", violations[0]);
+    assert!(
+        violations[6].contains("committed only through 5"),
+        "{}",
+        violations[6]
+    );
+    // The stale answer at a revision the compaction discarded says so.
+    let compacted = read(
+        "r",
+        5.7,
+        everything(),
+        answer(4, vec![a1(), b1()], 2, false),
+    );
+    let violations = check_answers(&timeline, &[compacted]);
+    assert!(violations[0].contains("compacted at 5"), "{violations:?}");
+}
+
+#[test]
+fn cache_monotonic_checker_catches_a_client_going_back_in_revision() {
+    let at = |client: &str, time: f64, revision: i64| {
+        read(
+            client,
+            time,
+            everything(),
+            answer(revision, vec![], 0, false),
+        )
+    };
+    let failed = read(
+        "r",
+        1.5,
+        everything(),
+        ReadOutcome::Failed {
+            code: Code::Unavailable,
+            message: "x".into(),
+        },
+    );
+    // Another client may be behind; a failed read has no revision.
+    let good = [
+        at("r", 1.0, 4),
+        at("s", 1.1, 3),
+        failed,
+        at("r", 2.0, 4),
+        at("r", 3.0, 6),
+    ];
+    assert!(check_monotonic(&good).is_empty());
+    let back = [
+        at("r", 1.0, 4),
+        at("r", 2.0, 6),
+        at("s", 2.1, 3),
+        at("r", 3.0, 5),
+        at("r", 4.0, 5),
+    ];
+    let violations = check_monotonic(&back);
+    // Both answers at 5 come after the answer at 6.
+    assert_eq!(violations.len(), 2, "{violations:#?}");
+    assert!(
+        violations[0].contains("went backwards"),
+        "{}",
+        violations[0]
+    );
+}
+
+#[test]
+fn cache_linearizable_checker_catches_an_answer_missing_an_acknowledged_write() {
+    let write = AckedWrite {
+        writer: "w".into(),
+        what: "put c".into(),
+        ranges: vec![(b"c".to_vec(), Vec::new())],
+        revision: 6,
+        started: secs(4.9),
+        acked: secs(5.1),
+    };
+    let linearizable = |key: &str, at: f64, revision: i64, kvs: Vec<KeyValue>| {
+        let request = RangeRequest {
+            key: key.as_bytes().to_vec(),
+            serializable: false,
+            ..Default::default()
+        };
+        let count = kvs.len() as i64;
+        read("r", at, request, answer(revision, kvs, count, false))
+    };
+    let good = [
+        // Started before the acknowledgement: it may or may not see the write.
+        linearizable("c", 5.0, 5, vec![]),
+        linearizable("c", 5.2, 6, vec![c1()]),
+        // A serializable answer may be older.
+        read("r", 5.3, everything(), answer(5, vec![b1()], 1, false)),
+    ];
+    assert!(check_linearizable(&good, std::slice::from_ref(&write)).is_empty());
+    let bad = [
+        // The shared answer of a read sent before the write, handed to a read that started after it.
+        linearizable("c", 5.2, 5, vec![]),
+        // A write on another key acknowledged before the read started is still before it.
+        linearizable("b", 5.3, 5, vec![b1()]),
+    ];
+    let violations = check_linearizable(&bad, std::slice::from_ref(&write));
+    assert_eq!(violations.len(), 2, "{violations:#?}");
+    assert!(
+        violations[0].contains("on the read's range"),
+        "{}",
+        violations[0]
+    );
+    assert!(violations[1].contains("elsewhere"), "{}", violations[1]);
+}
+
+#[test]
+fn cache_coverage_checker_fails_a_run_that_checked_too_little_or_never_hit_the_cache() {
+    let minimums = Minimums {
+        serializable: 5,
+        linearizable: 1,
+        cache_hits: 1,
+        compactions: 1,
+    };
+    let metrics = CacheMetrics {
+        scrapes: 3,
+        hits: 4,
+        misses: 2,
+    };
+    let history = cache_history();
+    let verdict = check_cache(&history, &good_reads(), &[], Some(&metrics), &minimums);
+    assert_eq!(verdict.violations, Vec::<String>::new());
+    assert_eq!(verdict.summary.serializable_answers, 8);
+    assert_eq!(verdict.summary.linearizable_answers, 1);
+    assert_eq!(verdict.summary.compactions_during_reads, 1);
+    // No read at all: nothing was checked, no compaction overlapped a read.
+    let verdict = check_cache(&history, &[], &[], Some(&metrics), &minimums);
+    assert_eq!(verdict.violations.len(), 3, "{:#?}", verdict.violations);
+    // Every read went to etcd (no hit), or /metrics was never read.
+    let missed = CacheMetrics {
+        hits: 0,
+        ..metrics.clone()
+    };
+    let verdict = check_cache(&history, &good_reads(), &[], Some(&missed), &minimums);
+    assert_eq!(verdict.violations.len(), 1);
+    assert!(verdict.violations[0].contains("did not exercise the cache"));
+    let verdict = check_cache(&history, &good_reads(), &[], None, &minimums);
+    assert_eq!(verdict.violations, ["the proxy's /metrics was never read"]);
+}
+
+#[test]
+fn cache_hits_are_summed_over_proxy_restarts() {
+    let mut metrics = CacheMetrics::default();
+    metrics.observe(None, (3, 1));
+    metrics.observe(Some((3, 1)), (5, 2));
+    // The counters fell: a new proxy process, which counted these from zero.
+    metrics.observe(Some((5, 2)), (1, 4));
+    assert_eq!((metrics.scrapes, metrics.hits, metrics.misses), (3, 6, 6));
 }

@@ -80,6 +80,11 @@ fn lease_scale_scenario_thousands_of_leases_share_one_upstream_stream() {
 }
 
 #[test]
+fn cache_scenario_answers_are_the_models_state_at_their_revision_and_never_go_back() {
+    sweep(Scenario::Cache);
+}
+
+#[test]
 fn one_seed_gives_one_trace_digest() {
     let seed = seeds::sweep()[0];
     for scenario in Scenario::ALL {

@@ -17,8 +17,8 @@ use tokio::sync::Notify;
 
 use super::store::{Evicted, Store, WatchId};
 use crate::metrics::Metrics;
-use crate::upstream::Upstream;
 use crate::upstream::identity::Identity;
+use crate::upstream::{Upstream, shutting_down};
 use crate::watch::etcd_version;
 use crate::watch::{LocalStream, StreamHandle, WatchService};
 
@@ -92,6 +92,10 @@ impl Feed {
         end: &[u8],
         revision: i64,
     ) {
+        if *self.upstream.shutdown_signal().borrow() {
+            // A read finishing during shutdown: no new stream to outlive the proxy.
+            return;
+        }
         if state.stream.is_none() {
             let LocalStream {
                 handle,
@@ -164,9 +168,12 @@ impl Feed {
         mut responses: tokio::sync::mpsc::Receiver<WatchResponse>,
         mut aborted: tokio::sync::mpsc::Receiver<tonic::Status>,
     ) {
+        // The stream, its hub and their upstream stream end with the proxy.
+        let mut shutdown = self.upstream.shutdown_signal();
         loop {
             let response = tokio::select! {
                 biased;
+                _ = shutting_down(&mut shutdown) => None,
                 response = responses.recv() => response,
                 status = aborted.recv() => {
                     if let Some(status) = status {

@@ -82,6 +82,14 @@ pub struct Cache {
     permissions: Permissions,
 }
 
+/// The revision in an answer's header (0 if unreadable).
+fn header_revision(answer: &Bytes) -> i64 {
+    RangeResponse::decode(answer.clone())
+        .ok()
+        .and_then(|r| r.header)
+        .map_or(0, |h| h.revision)
+}
+
 /// What a check with etcd says about answering from a copy: `Err` is etcd's refusal of the caller, the answer to
 /// give; `Ok(Some(None))` means etcd could not be asked (the read goes to etcd, where it is retried); `Ok(None)`
 /// means go on.
@@ -157,7 +165,16 @@ impl Cache {
             return Ok(Response::new(answer));
         }
         self.metrics.cache_misses.inc();
-        let answer = self.answer_from_etcd(token, path, request).await?;
+        let answer = if query.serializable {
+            self.shared_answer_from_etcd(token, path, request).await?
+        } else {
+            // A linearizable read must reflect every write acknowledged before it arrived: it shares no call
+            // that was sent before.
+            self.upstream
+                .unary(Retry::ReadOnly, path, request)
+                .await?
+                .into_inner()
+        };
         self.fill(&query, &answer);
         Ok(Response::new(answer))
     }
@@ -215,6 +232,7 @@ impl Cache {
                 // would reach it (a member that cannot watch, say).
                 if copy.covered_from.is_some() && copy.revision >= target {
                     let answer = query.answer(copy.kvs.values(), copy.header())?;
+                    self.upstream.returned_revision(copy.revision);
                     return Some(Bytes::from(answer.encode_to_vec()));
                 }
                 self.feed.want_progress(&mut state);
@@ -225,20 +243,28 @@ impl Cache {
         }
     }
 
-    /// etcd's answer, shared with identical reads of the same token already waiting for one.
-    async fn answer_from_etcd(
+    /// etcd's answer to a serializable read, shared with identical reads of the same token already waiting for
+    /// one. An answer older than the newest revision the proxy had returned when this read arrived (the call was
+    /// sent before, and another answer since went further) is not taken: the read is made again.
+    async fn shared_answer_from_etcd(
         &self,
         token: Option<String>,
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Bytes, Status> {
+        let floor = self.upstream.revision_floor();
         let key = (token, request.get_ref().clone());
+        let again = Request::from_parts(
+            request.metadata().clone(),
+            request.extensions().clone(),
+            request.get_ref().clone(),
+        );
         let answer = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             in_flight
                 .entry(key.clone())
                 .or_insert_with(|| {
-                    let upstream = self.upstream.clone();
+                    let (upstream, path) = (self.upstream.clone(), path.clone());
                     async move {
                         let response = upstream.unary(Retry::ReadOnly, path, request).await?;
                         Ok(response.into_inner())
@@ -249,11 +275,20 @@ impl Cache {
                 .clone()
         };
         let result = answer.clone().await;
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        if in_flight.get(&key).is_some_and(|f| f.ptr_eq(&answer)) {
-            in_flight.remove(&key);
+        {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            if in_flight.get(&key).is_some_and(|f| f.ptr_eq(&answer)) {
+                in_flight.remove(&key);
+            }
         }
-        result
+        match result {
+            Ok(bytes) if header_revision(&bytes) < floor => Ok(self
+                .upstream
+                .unary(Retry::ReadOnly, path, again)
+                .await?
+                .into_inner()),
+            other => other,
+        }
     }
 
     /// Fills a copy of the query's range from etcd's answer, if that answer holds the whole range.

@@ -205,6 +205,14 @@ impl Upstream {
             .map_or(0, RevisionFloor::highest)
     }
 
+    /// Records a revision the proxy returned without asking etcd (an answer from the range cache), so that later
+    /// serializable reads do not go back from it.
+    pub fn returned_revision(&self, revision: i64) {
+        if let Some(floor) = &self.revision_floor {
+            floor.raise(revision);
+        }
+    }
+
     /// Whether `pick` is no longer the active endpoint.
     pub fn moved_from(&self, pick: &Active) -> bool {
         self.active.borrow().index != pick.index

@@ -50,6 +50,11 @@ impl RevisionFloor {
         self.highest.load(Ordering::Acquire)
     }
 
+    /// Records a revision returned without a call to etcd (an answer from the range cache).
+    pub fn raise(&self, revision: i64) {
+        self.highest.fetch_max(revision, Ordering::AcqRel);
+    }
+
     /// Judges etcd's `answer` to `request` on the method at `path`, and raises the floor to its revision.
     pub fn judge(&self, path: &str, request: &[u8], answer: &[u8]) -> Verdict {
         if !KV_METHODS.contains(&path) {

@@ -164,15 +164,18 @@ impl Store {
                 && (request.min_create_revision == 0
                     || kv.create_revision >= request.min_create_revision)
         });
+        // For count_only etcd's MVCC returns no keys at all (`rangeKeys` in `mvcc/kvstore_txn.go`), so the limit
+        // cuts nothing and `more` stays false, whatever the limit.
+        if request.count_only {
+            kvs.clear();
+        }
         sort_kvs(&mut kvs, request.sort_order, request.sort_target);
         let mut more = false;
         if request.limit > 0 && kvs.len() as i64 > request.limit {
             kvs.truncate(request.limit as usize);
             more = true;
         }
-        if request.count_only {
-            kvs.clear();
-        } else if request.keys_only {
+        if request.keys_only {
             for kv in &mut kvs {
                 kv.value.clear();
             }

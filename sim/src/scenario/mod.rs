@@ -9,6 +9,7 @@
 //! `tests/tls.rs` sweeps `failover` and `watch` so): clients get their channels from [`World::dialer`], never from
 //! the plaintext [`crate::topology::channel`].
 
+pub mod cache_readers;
 pub mod callers;
 pub mod leases;
 pub mod logs;
@@ -23,6 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
+use crate::check::cache::check_cache;
 use crate::check::calls::{ToleratedWriteFailure, check_calls};
 use crate::check::census::check_census;
 use crate::check::hygiene::check_hygiene;
@@ -62,15 +64,22 @@ pub enum Scenario {
     WatchScale,
     /// Thousands of leases kept alive by hundreds of client streams, some stopping. Checks what `lease` checks.
     LeaseScale,
+    /// The range cache on (`--range-cache-max-bytes=67108864`): readers repeat serializable and linearizable Range
+    /// calls through the proxy while writers write on the members and through the proxy, members fail and a
+    /// compactor compacts on a member. Checks that every answer is the model's state at its revision, that a
+    /// client's revisions never go back, that linearizable answers hold every acknowledged write, and that the
+    /// cache answered reads ([`cache_readers`], [`crate::check::cache`]).
+    Cache,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Watch,
         Scenario::Failover,
         Scenario::Lease,
         Scenario::WatchScale,
         Scenario::LeaseScale,
+        Scenario::Cache,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +89,7 @@ impl Scenario {
             Scenario::Lease => "lease",
             Scenario::WatchScale => "watch-scale",
             Scenario::LeaseScale => "lease-scale",
+            Scenario::Cache => "cache",
         }
     }
 
@@ -207,15 +217,22 @@ pub fn run_with(scenario: Scenario, settings: Settings) -> Report {
 fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let (seed, tls) = (settings.seed, settings.tls.is_some());
     let members = settings.members;
-    let mut world = World::new(settings);
+    let mut world = match scenario {
+        Scenario::Cache => cache_readers::world(settings),
+        _ => World::new(settings),
+    };
     let logs = Logs::default();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x636c_6965_6e74);
+    let mut cache_logs = None;
     match scenario {
         Scenario::Watch => build_watch(&mut world, &logs, &mut rng, members),
         Scenario::Failover => build_failover(&mut world, &logs, &mut rng),
         Scenario::Lease => build_lease(&mut world, &logs, &mut rng),
         Scenario::WatchScale => scale::build_watch_scale(&mut world, &logs, &mut rng, members),
         Scenario::LeaseScale => scale::build_lease_scale(&mut world, &logs, &mut rng),
+        Scenario::Cache => {
+            cache_logs = Some(cache_readers::build_cache(&mut world, &mut rng, members));
+        }
     }
     let finished = world.run();
     let history = finished.cluster.history();
@@ -263,6 +280,17 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
                 finished.elapsed,
             ));
         }
+        Scenario::Cache => {
+            let cache_logs = cache_logs.as_ref().expect("built above");
+            let verdict = check_cache(
+                &history,
+                &cache_logs.reads(),
+                &cache_logs.writes(),
+                cache_logs.metrics().as_ref(),
+                &cache_readers::MINIMUMS,
+            );
+            violations.extend(verdict.violations);
+        }
     }
     let lines = finished.trace.lines();
     Report {
@@ -274,9 +302,14 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         worst_lag,
         tolerated,
         watchers: watcher_logs.len(),
-        calls: logs.calls().len(),
+        calls: logs.calls().len() + cache_logs.map_or(0, |l| l.reads().len()),
         revisions: history.revisions.last().map_or(1, |r| r.revision),
-        trace_tail: finished.trace.tail(25),
+        trace_tail: finished.trace.tail(
+            std::env::var("SIM_TRACE_TAIL")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(25),
+        ),
         virtual_time: finished.elapsed,
     }
 }
