@@ -150,6 +150,11 @@ impl Feed {
         state.progress_trusted == Some(true) && state.store.get(range).is_some()
     }
 
+    /// Whether progress answers move copies (etcd from 3.5.8, once a member said its version).
+    pub fn progress_moves_copies(&self) -> bool {
+        self.lock().progress_trusted == Some(true)
+    }
+
     async fn learn_version(self: Arc<Self>) {
         let token = match &self.identity {
             Some(identity) => identity.token(&self.upstream).await.ok().flatten(),

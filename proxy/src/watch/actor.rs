@@ -67,9 +67,11 @@ const PROBE_AFTER_SILENCE: Duration = Duration::from_secs(5);
 /// ...and if it does not answer within this, treat the endpoint as failed. The same bound applies to creates: a
 /// member that keeps sending events but no longer hears the proxy would otherwise leave new watchers unanswered.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a progress request for clients may go unanswered before it is sent again (see
-/// [`Hub::resend_progress`]): checked on the ticks of [`CHECK_EVERY`], so sent again after one to two of them.
-const PROGRESS_RESEND_TICKS: u32 = 2;
+/// How many ticks of [`CHECK_EVERY`] must find a progress request for clients unanswered before it is sent again
+/// (see [`Hub::resend_progress`]): one, so within half a second. etcd syncs a new watcher within 100 ms, so the
+/// second request is answered, well within the wait of a linearizable read from the range cache (1 s); a request
+/// answered after all only costs etcd a second answer.
+const PROGRESS_RESEND_TICKS: u32 = 1;
 /// How long the actor waits for a member to say its version before opening a stream without knowing it.
 const VERSION_WAIT: Duration = Duration::from_secs(1);
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
