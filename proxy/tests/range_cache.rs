@@ -382,3 +382,38 @@ async fn under_auth_a_cached_answer_reaches_only_users_etcd_lets_read_it() {
     let revoked = read_as(&mut through, &reader, prefix(true)).await;
     assert!(revoked.is_err(), "served after revocation: {revoked:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_requires_a_leader_is_answered_by_etcd() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let Stack {
+        _cluster,
+        proxy,
+        mut direct,
+        mut through,
+    } = Stack::start(&binaries).await;
+    put(&mut direct, "k", "v").await;
+    // Filled, and answered from the copy once its watcher runs.
+    read(&mut through, serializable("k", b"")).await;
+    wait_for("an answer from the copy", DELIVERY_GUARD, || {
+        let (mut through, proxy) = (through.clone(), &proxy);
+        async move {
+            read(&mut through, serializable("k", b"")).await;
+            match hits_and_misses(&proxy.metrics().await) {
+                (hits, _) if hits >= 1.0 => Ok(()),
+                other => Err(format!("hits and misses: {other:?}")),
+            }
+        }
+    })
+    .await;
+    let before = hits_and_misses(&proxy.metrics().await);
+    // Only etcd can answer "no leader" when there is none: such a read never comes from a copy.
+    for _ in 0..3 {
+        let request = support::grpc::with_meta(serializable("k", b""), "hasleader", "true");
+        let answer = through.range(request).await.expect("range").into_inner();
+        assert_eq!(answer.kvs[0].value, b"v"[..]);
+    }
+    assert_eq!(hits_and_misses(&proxy.metrics().await), before);
+}

@@ -154,9 +154,12 @@ impl Cache {
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Response<Bytes>, Status> {
-        let token = Forwarded::capture(&request).token();
-        // With auth on, copies are watched with the proxy's own identity (`--user`); without it they cannot be.
-        let cacheable = token.is_none() || self.own_identity;
+        let forwarded = Forwarded::capture(&request);
+        let token = forwarded.token();
+        // With auth on, copies are watched with the proxy's own identity (`--user`); without it they cannot be. A
+        // caller that requires a leader (`hasleader`) must get etcd's "no leader" when there is none, which only
+        // etcd can say.
+        let cacheable = (token.is_none() || self.own_identity) && !forwarded.requires_leader();
         let Some(query) = Query::of(request.get_ref()).filter(|_| cacheable) else {
             return self.upstream.unary(Retry::ReadOnly, path, request).await;
         };
