@@ -154,6 +154,13 @@ async fn a_watch_in_one_namespace_never_sees_anothers_events() {
     )
     .await
     .unwrap();
+    // etcd-client returns from `watch` once the stream is open, before the watcher exists: a write made before
+    // the Created answer could precede the watcher's start and never be seen.
+    let created = within("watch created", events.message())
+        .await
+        .unwrap()
+        .expect("the watch stream stays open");
+    assert!(created.created(), "{created:?}");
     // b writes first: were its event passed on, it would come first (events arrive in revision order).
     within("put", b.put("k", "b1", None)).await.unwrap();
     within("put", a.put("k", "a1", None)).await.unwrap();
