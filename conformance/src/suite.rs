@@ -287,11 +287,15 @@ async fn shared_lane(
     outcomes
 }
 
-/// Under a profile with the range cache on (every profile but one that turns it off), whether the scenarios were
+/// Under a profile with the range cache on (`--range-cache-max-bytes` other than 0), whether the scenarios were
 /// answered from the cache at all: without a single answer from it the profile would pass without testing it. An
 /// outcome of its own, `cache/answered`.
 async fn cache_was_used(spec: &Spec, profile: Profile, proxies: &Proxies) -> Option<Outcome> {
-    if profile.flags.contains(&"--range-cache-max-bytes=0") {
+    let cache_on = profile.flags.iter().any(|f| {
+        f.strip_prefix("--range-cache-max-bytes=")
+            .is_some_and(|bytes| bytes != "0")
+    });
+    if !cache_on {
         return None;
     }
     let metrics = proxies.front().metrics().await;
