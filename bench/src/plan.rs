@@ -18,7 +18,7 @@ pub enum Target {
     Direct,
     /// `etcd grpc-proxy start`, etcd's own Go proxy, from the same etcd binary.
     GoProxy,
-    /// `etcd-grpc-proxy start`, this project, as users run it (range cache on, its default size).
+    /// `etcd-grpc-proxy start --range-cache-max-bytes=268435456`: this project with its range cache on (256 MiB).
     RustProxy,
     /// `etcd-grpc-proxy start --range-cache-max-bytes=0`: this project with its range cache off, a second process
     /// in front of the same etcd, started only when a scenario of the run visits it.

@@ -1,7 +1,7 @@
 //! The processes under test, each on free loopback ports: a one-member etcd ([`testkit::EtcdCluster`]), etcd's
 //! Go proxy in front of it (`etcd grpc-proxy start`, from the same etcd binary: [`GoProxy`], on the kit's
-//! [`Process`]) and this proxy in front of it ([`testkit::ProxyProcess`]); when the run visits it, a second
-//! process of this proxy with its range cache off (`--range-cache-max-bytes=0`).
+//! [`Process`]) and this proxy in front of it with its range cache on ([`CACHE_FLAG`], [`testkit::ProxyProcess`]);
+//! when the run visits it, a second process of this proxy with its range cache off ([`NO_CACHE_FLAG`]).
 //!
 //! Every process is the test kit's: killed by its own PID when dropped, so a failed or interrupted benchmark
 //! leaves nothing running, with its data and log in a temporary directory on tmpfs (`/dev/shm`) when there is one,
@@ -116,6 +116,10 @@ impl GoProxy {
     }
 }
 
+/// The flag that turns this proxy's range cache on (256 MiB), passed explicitly so the benchmark measures the cache
+/// whatever the proxy's default is.
+pub const CACHE_FLAG: &str = "--range-cache-max-bytes=268435456";
+
 /// The flag that turns this proxy's range cache off.
 pub const NO_CACHE_FLAG: &str = "--range-cache-max-bytes=0";
 
@@ -174,10 +178,15 @@ impl Stack {
             client,
         )
         .await?;
+        let cached_flags: Vec<String> = flags
+            .iter()
+            .cloned()
+            .chain([CACHE_FLAG.to_string()])
+            .collect();
         let rust_proxy = ProxyProcess::start_with(
             proxy_bin,
             std::slice::from_ref(&upstream),
-            &flags,
+            &cached_flags,
             &[("RUST_LOG", "warn")],
             client.cloned(),
         )

@@ -30,7 +30,7 @@ pub fn markdown(report: &Report) -> String {
         t.seconds,
         t.rounds,
         if nocache {
-            " (`this-proxy`: its range cache on, the default) and, for the range, mixed and write-to-visible \
+            " (`this-proxy`: its range cache on, `--range-cache-max-bytes=268435456`) and, for the range, mixed and write-to-visible \
              scenarios, this proxy with its range cache off (`this-proxy-nocache`, `--range-cache-max-bytes=0`, a \
              second process in front of the same etcd)"
         } else {
