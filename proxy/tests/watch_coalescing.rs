@@ -6,65 +6,12 @@ mod support;
 
 use std::time::Duration;
 
+use proto::etcdserverpb::PutRequest;
+use proto::etcdserverpb::WatchResponse;
 use proto::etcdserverpb::kv_client::KvClient;
-use proto::etcdserverpb::watch_client::WatchClient;
-use proto::etcdserverpb::watch_request::RequestUnion;
-use proto::etcdserverpb::{
-    PutRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
-};
 use support::grpc::channel;
-use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
+use support::watch::{DEADLINE, WatchStream, create, progress};
 use tonic::transport::Channel;
-
-const DEADLINE: Duration = Duration::from_secs(30);
-
-fn create(key: &str, watch_id: i64) -> WatchRequest {
-    WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-            key: key.into(),
-            watch_id,
-            ..Default::default()
-        })),
-    }
-}
-
-/// A client Watch stream: requests go in through `requests`, answers come out of `responses`.
-struct WatchStream {
-    requests: Option<mpsc::Sender<WatchRequest>>,
-    responses: Streaming<WatchResponse>,
-}
-
-impl WatchStream {
-    /// Opens a stream and sends `first` (etcd answers the stream's headers only with its first response).
-    async fn open(channel: Channel, first: WatchRequest) -> Self {
-        let (tx, rx) = mpsc::channel(1024);
-        tx.send(first).await.unwrap();
-        let responses = WatchClient::new(channel)
-            .watch(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
-        Self {
-            requests: Some(tx),
-            responses,
-        }
-    }
-
-    async fn send(&self, request: WatchRequest) {
-        self.requests.as_ref().unwrap().send(request).await.unwrap();
-    }
-
-    async fn next(&mut self) -> WatchResponse {
-        tokio::time::timeout(DEADLINE, self.responses.next())
-            .await
-            .expect("a watch response within the deadline")
-            .expect("the stream is open")
-            .expect("no error")
-    }
-}
 
 /// etcd's gauge of its watchers (from its /metrics).
 async fn etcd_watchers(etcd: &str) -> i64 {
@@ -195,11 +142,7 @@ async fn half_close_keeps_watching_and_progress_and_duplicate_ids_answer_as_etcd
         note(&stream.next().await);
         stream.send(create("k", 7)).await;
         note(&stream.next().await);
-        stream
-            .send(WatchRequest {
-                request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
-            })
-            .await;
+        stream.send(progress()).await;
         let progress = stream.next().await;
         assert!(progress.header.unwrap().revision > 0);
         note(&progress);

@@ -230,7 +230,10 @@ impl Actor {
             Command::Open { stream, sink } => self.hub.open_stream(stream, sink),
             Command::Create { stream, request } => self.hub.create(stream, request),
             Command::Cancel { stream, watch_id } => self.hub.cancel(stream, watch_id),
-            Command::Progress { stream } => self.hub.request_progress(stream),
+            Command::Progress { stream } => {
+                tracing::trace!(key = ?self.key, ?stream, "client progress request");
+                self.hub.request_progress(stream)
+            }
             Command::Refuse {
                 stream,
                 reason,
@@ -247,6 +250,7 @@ impl Actor {
     fn flush(&mut self, tx: &mpsc::UnboundedSender<WatchRequest>) {
         self.hub.flush_creates();
         for request in self.hub.outbox.drain(..) {
+            tracing::trace!(key = ?self.key, ?request, "watch request upstream");
             // A closed stream loses these; `upstream_lost` re-creates everything from the hub's state.
             let _ = tx.send(request);
         }
@@ -291,7 +295,7 @@ impl Actor {
                     progress_unanswered = if self.hub.progress_in_flight() { progress_unanswered + 1 } else { 0 };
                     if progress_unanswered >= PROGRESS_RESEND_TICKS {
                         progress_unanswered = 0;
-                        if self.hub.resend_progress() {
+                        if self.hub.resend_progress(probe_sent.is_some()) {
                             self.flush(&tx);
                         }
                     }
@@ -299,7 +303,7 @@ impl Actor {
                         if sent.elapsed() > PROBE_TIMEOUT {
                             return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch progress request in time"));
                         }
-                    } else if last_heard.elapsed() > PROBE_AFTER_SILENCE && self.hub.probe() {
+                    } else if last_heard.elapsed() > PROBE_AFTER_SILENCE && self.hub.liveness_probe() {
                         probe_sent = Some(Instant::now());
                         self.flush(&tx);
                     }
@@ -312,11 +316,17 @@ impl Actor {
                     Woke::Response(Some(Ok(response))) => {
                         last_heard = Instant::now();
                         probe_sent = None;
+                        tracing::trace!(key = ?self.key, ?response, "watch response from upstream");
                         self.hub.upstream_response(response);
                         if self.hub.take_token_refused() {
                             return StreamEnd::TokenRefused;
                         }
                         self.flush(&tx);
+                        // etcd ended the last watcher (compaction): a stream without watchers is closed, as when
+                        // clients cancel them, rather than kept open for probes etcd from 3.5.8 never answers.
+                        if !self.hub.needs_upstream() {
+                            return StreamEnd::Idle;
+                        }
                     }
                     Woke::Response(Some(Err(status))) => return StreamEnd::Failed(status),
                     Woke::Response(None) => return StreamEnd::Failed(Status::unavailable("upstream watch stream ended")),

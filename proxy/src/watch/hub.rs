@@ -191,15 +191,16 @@ impl Hub {
     /// etcd from 3.5.8 does not answer a progress request that finds a watcher of the stream not synced yet (one
     /// that catches up, or was created a moment ago): 3.5.8 to 3.5.12 answer it once they are, 3.5.13 and 3.6 on
     /// drop it. A
-    /// request the actor finds unanswered for a while is therefore sent again for the client streams still waiting;
-    /// an answer to the first that comes after all is harmless (see [`Hub::progress_answered`]). Returns whether a
-    /// request was sent.
-    pub fn resend_progress(&mut self) -> bool {
+    /// request the actor finds unanswered for a while is therefore sent again for the client streams still waiting,
+    /// and for the actor's liveness probe (`liveness_waiting`), which would otherwise take etcd for hung; an answer to
+    /// the first that comes after all is harmless (see [`Hub::progress_answered`]). Returns whether a request was
+    /// sent.
+    pub fn resend_progress(&mut self, liveness_waiting: bool) -> bool {
         if !self.progress_in_flight || self.answers_idle_progress {
             return false;
         }
         self.progress_in_flight = false;
-        !self.progress_waiters.is_empty() && self.probe()
+        (liveness_waiting || !self.progress_waiters.is_empty()) && self.probe()
     }
 
     /// Whether no client stream is attached.
@@ -440,6 +441,30 @@ impl Hub {
         self.probe();
     }
 
+    /// Asks etcd for progress to learn that the stream still works, if etcd would answer (see
+    /// [`Hub::progress_answerable`]): a request etcd keeps unanswered by its own rules would look like a hung
+    /// member. Returns whether a request is in flight now.
+    pub fn liveness_probe(&mut self) -> bool {
+        if !self.progress_answerable() {
+            return false;
+        }
+        self.probe()
+    }
+
+    /// Whether etcd answers a progress request on the stream now. Before 3.5.8 it answers every one. From 3.5.8 it
+    /// answers none on a stream without watchers, and none while a watcher is not synced; from 3.5.30 (and 3.7) none
+    /// while a watcher starts at a revision the store has not reached (the newest revision the hub has heard of is
+    /// at most etcd's, so a watcher it counts as started has started). A watcher etcd created from an old revision
+    /// is synced within etcd's 100 ms sync interval, so it only delays an answer, and [`Hub::resend_progress`]
+    /// asks again.
+    pub fn progress_answerable(&self) -> bool {
+        self.answers_idle_progress
+            || (!self.swatchers.is_empty()
+                && self.swatchers.values().all(|sw| {
+                    sw.phase == Phase::Running && sw.start_rev <= self.latest_header.revision
+                }))
+    }
+
     /// Asks etcd for progress (for clients, or as a liveness probe). Returns false if a request is in flight.
     pub fn probe(&mut self) -> bool {
         if self.progress_in_flight {
@@ -500,7 +525,10 @@ impl Hub {
             self.answer_create(stream_id, None, refusal);
         }
         self.progress_in_flight = false;
-        if !self.progress_waiters.is_empty() {
+        // A request on a stream without watchers would go unanswered from 3.5.8 (see `progress_may_be_dropped`).
+        if !self.progress_waiters.is_empty()
+            && (self.answers_idle_progress || !self.swatchers.is_empty())
+        {
             self.probe();
         }
     }
@@ -606,10 +634,12 @@ impl Hub {
             // be missing events up to this revision: its stream waits for the next answer, as it would wait on
             // etcd. An older etcd answers at once whatever its watchers have sent, and so does the proxy then.
             if !self.answers_idle_progress && !self.covered_by_progress(stream_id) {
+                tracing::trace!(stream_id, "progress answer deferred: not covered");
                 self.progress_waiters.insert(stream_id);
                 ask_again = true;
                 continue;
             }
+            tracing::trace!(stream_id, "progress answered");
             let answer = WatchResponse {
                 header: response.header,
                 watch_id: -1,
@@ -683,7 +713,11 @@ impl Hub {
     }
 
     fn s_watcher_ended(&mut self, sw_id: i64, response: &WatchResponse) {
-        let Some(sw) = self.forget_s_watcher(sw_id, false) else {
+        // A watcher etcd ends after creating it (compaction caught it before it synced) leaves etcd's set of the
+        // stream's watchers only on a cancel request; until then etcd from 3.5.8 counts it as never synced and
+        // answers no progress request on the stream, for any of the clients sharing it. A refused create was
+        // never added.
+        let Some(sw) = self.forget_s_watcher(sw_id, !response.created) else {
             return;
         };
         let range = (sw.key, sw.range_end);
@@ -915,7 +949,7 @@ impl Hub {
         removed
     }
 
-    /// Forgets an s-watcher; `cancel_upstream` is false when etcd itself ended it.
+    /// Forgets an s-watcher; `cancel_upstream` is false when etcd never added it to the stream's watchers.
     fn forget_s_watcher(&mut self, sw_id: i64, cancel_upstream: bool) -> Option<SWatcher> {
         let sw = self.swatchers.remove(&sw_id)?;
         self.progress_covers.remove(&sw_id);

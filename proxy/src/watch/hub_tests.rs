@@ -236,6 +236,11 @@ fn compaction_reaches_every_receiver_and_the_dead_watcher_is_never_reused() {
             .iter()
             .all(|r| r.compact_revision == 9 && r.cancel_reason.contains("compacted"))
     );
+    assert_eq!(
+        sent(&mut hub),
+        vec!["cancel 1"],
+        "etcd keeps a watcher it cancelled for compaction on the stream until it is cancelled"
+    );
     hub.create(a.id, watch("k", 12));
     assert_eq!(sent(&mut hub), vec!["create 2 from 12"]);
 }
@@ -269,6 +274,7 @@ fn no_watcher_is_merged_into_one_etcd_may_still_cancel_for_compaction() {
         summary(&b.received()),
         vec![(0, true, false, vec![]), (0, false, true, vec![])]
     );
+    assert_eq!(sent(&mut hub), vec!["cancel 2"]);
     hub.upstream_response(put(1, "k", 11));
     assert_eq!(
         summary(&a.received()),
@@ -493,6 +499,46 @@ fn progress_requests_are_answered_with_etcds_progress() {
 }
 
 #[test]
+fn a_liveness_probe_is_sent_only_when_etcd_would_answer_it() {
+    let mut hub = hub();
+    hub.set_etcd_version(Some("3.5.30"));
+    let mut a = Client::open(&mut hub, 1, 8);
+    assert!(
+        !hub.liveness_probe(),
+        "no watcher: etcd from 3.5.8 answers nothing"
+    );
+    hub.create(a.id, watch("k", 0));
+    hub.flush_creates();
+    assert!(!hub.liveness_probe(), "the create is not answered yet");
+    assert_eq!(sent(&mut hub), vec!["create 1 from 0"]);
+    hub.upstream_response(created(1, 10));
+    // A second watcher waits for revision 15, which etcd has not reached: etcd 3.5.30 answers no progress request
+    // on the stream until it has.
+    hub.create(a.id, watch("j", 15));
+    hub.flush_creates();
+    assert_eq!(sent(&mut hub), vec!["create 2 from 15"]);
+    hub.upstream_response(created(2, 10));
+    assert_eq!(a.received().len(), 2, "both created");
+    assert!(!hub.liveness_probe(), "a watcher starts in the future");
+    assert!(sent(&mut hub).is_empty());
+    hub.upstream_response(put(1, "k", 15));
+    assert!(hub.liveness_probe(), "the store reached 15");
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    // etcd dropped it (a watcher was not synced yet): it is sent again for the actor, which waits for it.
+    assert!(!hub.resend_progress(false), "nobody waits");
+    assert!(hub.liveness_probe());
+    sent(&mut hub);
+    assert!(hub.resend_progress(true), "the actor waits");
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    // Before 3.5.8 etcd answers every progress request, watchers or not.
+    let mut old = self::hub();
+    old.set_etcd_version(Some("3.4.23"));
+    Client::open(&mut old, 2, 8);
+    assert!(old.liveness_probe());
+    assert_eq!(sent(&mut old), vec!["progress"]);
+}
+
+#[test]
 fn a_progress_request_etcd_dropped_is_sent_again_and_the_client_answered() {
     let mut hub = hub();
     hub.set_etcd_version(Some("3.5.30"));
@@ -509,7 +555,10 @@ fn a_progress_request_etcd_dropped_is_sent_again_and_the_client_answered() {
     hub.request_progress(a.id);
     assert!(sent(&mut hub).is_empty());
     assert!(hub.progress_in_flight());
-    assert!(hub.resend_progress(), "sent again for the waiting client");
+    assert!(
+        hub.resend_progress(false),
+        "sent again for the waiting client"
+    );
     assert_eq!(sent(&mut hub), vec!["progress"]);
     hub.upstream_response(WatchResponse {
         header: header(12),
@@ -517,14 +566,14 @@ fn a_progress_request_etcd_dropped_is_sent_again_and_the_client_answered() {
         ..Default::default()
     });
     assert_eq!(summary(&a.received()), vec![(-1, false, false, vec![])]);
-    assert!(!hub.resend_progress(), "nothing in flight");
+    assert!(!hub.resend_progress(false), "nothing in flight");
     // Before 3.5.8 etcd answers every request: nothing to send again.
     let mut old = self::hub();
     old.set_etcd_version(Some("3.4.23"));
     let b = Client::open(&mut old, 2, 8);
     old.request_progress(b.id);
     sent(&mut old);
-    assert!(!old.resend_progress());
+    assert!(!old.resend_progress(false));
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! - [`net`]: a port held busy, whether a port accepts connections;
 //! - [`compare`], [`pair`]: the same `etcdctl` steps or client calls against a direct etcd and through the proxy;
 //! - [`fake_etcd`]: a fake member for what real etcd cannot be made to do on cue;
-//! - [`metrics`]: reading the proxy's Prometheus text; [`grpc`]: plain tonic channels and metadata.
+//! - [`metrics`]: reading the proxy's Prometheus text; [`grpc`]: plain tonic channels and metadata;
+//! - [`watch`]: a raw Watch stream driven request by request.
 //!
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod net;
 pub mod pair;
 pub mod proxy;
+pub mod watch;
 
 use testkit::{Binaries, EtcdCluster};
 

@@ -1,0 +1,79 @@
+//! Progress requests through the proxy against real etcd, where etcd's own rules for answering them (from 3.5.8:
+//! only when every watcher of the stream is synced) meet the proxy's sharing of one upstream stream between
+//! clients: what one client's watcher does to that stream must not leave another client's request unanswered.
+//! They matter from etcd 3.5.8, so CI runs them on 3.5.1 and 3.5.30 as well as on 3.4.23.
+
+mod support;
+
+use proto::etcdserverpb::kv_client::KvClient;
+use proto::etcdserverpb::{CompactionRequest, PutRequest};
+use support::grpc::channel;
+use support::watch::{WatchStream, create, create_from, progress};
+use tonic::transport::Channel;
+
+async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
+    KvClient::new(channel.clone())
+        .put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .revision
+}
+
+/// etcd keeps a watcher it cancelled for compaction (created from a compacted revision, cancelled before it
+/// synced) among its stream's watchers until the client cancels it, and from 3.5.8 answers no progress request on
+/// that stream meanwhile. On etcd that only silences the client who made it; through the proxy the upstream stream
+/// is shared, so the proxy cancels it upstream itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_etcd_cancelled_for_compaction_leaves_progress_answered_for_other_clients() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let direct = channel(&etcd.endpoint(0)).await;
+    let first = put(&direct, "old", "1").await;
+    put(&direct, "old", "2").await;
+    let compacted = put(&direct, "old", "3").await;
+    KvClient::new(direct.clone())
+        .compact(CompactionRequest {
+            revision: compacted,
+            physical: true,
+        })
+        .await
+        .unwrap();
+
+    // A client watches a live key: the proxy opens its upstream stream for it.
+    let mut live = WatchStream::open(channel(&proxy.addr()).await, create("live", 0)).await;
+    let created = live.expect("the live watcher's create").await;
+    assert!(created.created && !created.canceled, "{created:?}");
+
+    // Another watches from before the compaction: etcd creates the watcher on that stream, then cancels it.
+    let mut stale =
+        WatchStream::open(channel(&proxy.addr()).await, create_from("old", 0, first)).await;
+    let created = stale.expect("the stale watcher's create").await;
+    assert!(created.created && !created.canceled, "{created:?}");
+    let cancelled = stale.expect("the compaction cancel").await;
+    assert!(cancelled.canceled, "{cancelled:?}");
+    assert_eq!(cancelled.compact_revision, compacted, "{cancelled:?}");
+
+    // The first client asks for progress.
+    for round in 0..3 {
+        live.send(progress()).await;
+        let answer = live
+            .expect(&format!("progress answer {round} for the live client"))
+            .await;
+        assert_eq!(answer.watch_id, -1, "a progress answer: {answer:?}");
+        assert!(answer.events.is_empty() && !answer.canceled, "{answer:?}");
+        assert!(
+            answer.header.unwrap().revision >= compacted,
+            "at the store's revision: {answer:?}"
+        );
+    }
+}
