@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use proto::etcdserverpb::PutRequest;
 use proto::etcdserverpb::WatchResponse;
 use proto::etcdserverpb::kv_client::KvClient;
