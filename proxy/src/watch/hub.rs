@@ -95,6 +95,8 @@ struct SWatcher {
     /// it a progress notification (sent only to watchers that have caught up). Until then it may still be ended by
     /// a compaction of its start, so no other watcher joins it or is merged into it.
     synced: bool,
+    /// The start revision its create carried: `start_rev`, or an earlier one (see [`Hub::flush_creates`]).
+    sent_start: i64,
     receivers: BTreeSet<(StreamId, i64)>,
 }
 
@@ -300,6 +302,7 @@ impl Hub {
                     private: start < 0,
                     refused_once: false,
                     synced: false,
+                    sent_start: 0,
                     receivers: BTreeSet::new(),
                 };
                 self.swatchers.insert(sw_id, sw);
@@ -342,6 +345,11 @@ impl Hub {
                 ..Default::default()
             };
             self.answer_create(stream_id, Some(watch_id), answer);
+        }
+        // Clients left waiting when etcd dropped a progress request for want of watchers (see
+        // `progress_may_be_dropped`) are asked for again now that there is one.
+        if !self.progress_waiters.is_empty() && !self.progress_in_flight {
+            self.probe();
         }
         self.update_gauges();
     }
@@ -445,6 +453,7 @@ impl Hub {
     /// [`Hub::progress_answerable`]): a request etcd keeps unanswered by its own rules would look like a hung
     /// member. Returns whether a request is in flight now.
     pub fn liveness_probe(&mut self) -> bool {
+        self.restart_watchers_ahead();
         if !self.progress_answerable() {
             return false;
         }
@@ -461,8 +470,49 @@ impl Hub {
         self.answers_idle_progress
             || (!self.swatchers.is_empty()
                 && self.swatchers.values().all(|sw| {
-                    sw.phase == Phase::Running && sw.start_rev <= self.latest_header.revision
+                    sw.phase == Phase::Running && sw.sent_start <= self.latest_header.revision
                 }))
+    }
+
+    /// An s-watcher created from a revision the hub could not know etcd had reached (it knew none yet, see
+    /// [`Hub::flush_creates`]) and still ahead of the newest it knows would keep etcd 3.5.30 from answering progress
+    /// requests on the stream: it is cancelled and created again from the newest known revision. Its receivers have
+    /// had nothing from it (etcd sends nothing before its start) and keep their own start revisions.
+    fn restart_watchers_ahead(&mut self) {
+        let known = self.latest_header.revision;
+        if self.answers_idle_progress || known == 0 {
+            return;
+        }
+        let ahead: Vec<i64> = self
+            .swatchers
+            .iter()
+            .filter(|(_, sw)| sw.phase == Phase::Running && !sw.private && sw.sent_start > known)
+            .map(|(&id, _)| id)
+            .collect();
+        for old_id in ahead {
+            let Some(sw) = self.forget_s_watcher(old_id, true) else {
+                continue;
+            };
+            let new_id = self.next_sw_id;
+            self.next_sw_id += 1;
+            for &(stream_id, watch_id) in &sw.receivers {
+                if let Some(watcher) = self.watcher_mut(stream_id, watch_id) {
+                    watcher.sw = new_id;
+                }
+            }
+            self.ranges
+                .entry((sw.key.clone(), sw.range_end.clone()))
+                .or_default()
+                .insert(new_id);
+            self.swatchers.insert(
+                new_id,
+                SWatcher {
+                    phase: Phase::Unsent,
+                    synced: false,
+                    ..sw
+                },
+            );
+        }
     }
 
     /// Asks etcd for progress (for clients, or as a liveness probe). Returns false if a request is in flight.
@@ -470,6 +520,7 @@ impl Hub {
         if self.progress_in_flight {
             return false;
         }
+        self.restart_watchers_ahead();
         self.progress_in_flight = true;
         // Creates not sent yet go first: etcd from 3.5.8 never answers a progress request that reaches a stream
         // without watchers, which would leave this one (and every later one) unanswered.
@@ -482,15 +533,32 @@ impl Hub {
     }
 
     /// Queues the creates of every s-watcher not yet sent on the current stream.
+    ///
+    /// etcd 3.5.30 (and 3.7) answers no progress request on a stream while one of its watchers starts at a revision
+    /// the store has not reached: one client watching from the next revision (a read, then a watch from the revision
+    /// after it, as etcd's clients do; or a watcher resumed after a failover) would leave every client sharing the
+    /// stream without progress answers, and the liveness probe without one, until the next write. Such a watcher
+    /// is created from the newest revision the hub has heard of instead (at most etcd's, so not in the future), and
+    /// its receivers, which start where they asked, skip the events before that.
     pub fn flush_creates(&mut self) {
+        let known = self.latest_header.revision;
         for (&id, sw) in self.swatchers.iter_mut() {
             if sw.phase == Phase::Unsent {
+                sw.sent_start = if !self.answers_idle_progress
+                    && !sw.private
+                    && known > 0
+                    && sw.start_rev > known
+                {
+                    known
+                } else {
+                    sw.start_rev
+                };
                 sw.phase = Phase::Creating;
                 self.creates_in_flight.push_back(Some(id));
                 self.outbox.push(create_request(WatchCreateRequest {
                     key: sw.key.clone(),
                     range_end: sw.range_end.clone(),
-                    start_revision: sw.start_rev,
+                    start_revision: sw.sent_start,
                     prev_kv: true,
                     progress_notify: true,
                     watch_id: id,
@@ -686,7 +754,7 @@ impl Hub {
         let sw = self.swatchers.get_mut(&sw_id).expect("checked by caller");
         sw.phase = Phase::Running;
         sw.refused_once = false;
-        sw.synced = sw.start_rev == 0 || sw.start_rev > header.revision;
+        sw.synced = sw.sent_start == 0 || sw.sent_start > header.revision;
         if sw.start_rev == 0 {
             sw.next_rev = header.revision + 1;
         }
@@ -721,17 +789,21 @@ impl Hub {
             return;
         };
         let range = (sw.key, sw.range_end);
+        // Its receivers need nothing before the revision it was to start at (which may be later than the one it
+        // was created from).
+        let needed_from = sw.start_rev;
         for (stream_id, watch_id) in sw.receivers {
             // etcd cancels a watcher for compaction only while it still needs a compacted revision. A receiver
-            // already past the compaction (it joined with a later start, or the s-watcher resumed from an earlier
-            // receiver's revision) carries on from where it stands, as it would on etcd.
+            // already past the compaction (it joined with a later start, the s-watcher resumed from an earlier
+            // receiver's revision, or was created from before the revision it was to start at) carries on from
+            // where it stands, as it would on etcd.
             if response.compact_revision > 0
                 && !response.created
                 && let Some(watcher) = self.watcher_mut(stream_id, watch_id)
                 && watcher.created
-                && watcher.next_rev >= response.compact_revision
+                && watcher.next_rev.max(needed_from) >= response.compact_revision
             {
-                let from = watcher.next_rev;
+                let from = watcher.next_rev.max(needed_from);
                 self.resume_receiver(&range, (stream_id, watch_id), from);
                 continue;
             }
@@ -788,6 +860,7 @@ impl Hub {
                         private: false,
                         refused_once: false,
                         synced: false,
+                        sent_start: 0,
                         receivers: BTreeSet::new(),
                     },
                 );

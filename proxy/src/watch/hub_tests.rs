@@ -507,23 +507,32 @@ fn a_liveness_probe_is_sent_only_when_etcd_would_answer_it() {
         !hub.liveness_probe(),
         "no watcher: etcd from 3.5.8 answers nothing"
     );
-    hub.create(a.id, watch("k", 0));
+    // The hub has heard of no revision yet, so a watcher from revision 15 is created from 15, a revision etcd (at
+    // 10) has not reached: etcd 3.5.30 answers no progress request on the stream until it has.
+    hub.create(a.id, watch("k", 15));
     hub.flush_creates();
     assert!(!hub.liveness_probe(), "the create is not answered yet");
-    assert_eq!(sent(&mut hub), vec!["create 1 from 0"]);
+    assert_eq!(sent(&mut hub), vec!["create 1 from 15"]);
     hub.upstream_response(created(1, 10));
-    // A second watcher waits for revision 15, which etcd has not reached: etcd 3.5.30 answers no progress request
-    // on the stream until it has.
-    hub.create(a.id, watch("j", 15));
-    hub.flush_creates();
-    assert_eq!(sent(&mut hub), vec!["create 2 from 15"]);
-    hub.upstream_response(created(2, 10));
-    assert_eq!(a.received().len(), 2, "both created");
+    assert_eq!(a.received().len(), 1, "created");
+    // Now that the hub knows revision 10, the watcher is created again from there before anything is asked.
     assert!(!hub.liveness_probe(), "a watcher starts in the future");
-    assert!(sent(&mut hub).is_empty());
-    hub.upstream_response(put(1, "k", 15));
-    assert!(hub.liveness_probe(), "the store reached 15");
+    assert_eq!(sent(&mut hub), vec!["cancel 1", "create 2 from 10"]);
+    assert!(!hub.liveness_probe(), "its create is not answered yet");
+    hub.upstream_response(created(2, 10));
+    assert!(
+        a.received().is_empty(),
+        "the client's watcher was created already"
+    );
+    assert!(hub.liveness_probe(), "no watcher starts in the future");
     assert_eq!(sent(&mut hub), vec!["progress"]);
+    hub.upstream_response(put(2, "k", 11));
+    hub.upstream_response(put(2, "k", 15));
+    assert_eq!(
+        summary(&a.received()),
+        vec![(0, false, false, vec![15])],
+        "only what it asked for"
+    );
     // etcd dropped it (a watcher was not synced yet): it is sent again for the actor, which waits for it.
     assert!(!hub.resend_progress(false), "nobody waits");
     assert!(hub.liveness_probe());
@@ -536,6 +545,52 @@ fn a_liveness_probe_is_sent_only_when_etcd_would_answer_it() {
     Client::open(&mut old, 2, 8);
     assert!(old.liveness_probe());
     assert_eq!(sent(&mut old), vec!["progress"]);
+}
+
+#[test]
+fn a_watcher_from_a_future_revision_is_created_from_the_known_one_and_shows_only_what_it_asked_for()
+{
+    let mut hub = hub();
+    hub.set_etcd_version(Some("3.5.30"));
+    let a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    // b asks for revision 12; the newest the hub knows is 10. etcd 3.5.30 would answer no progress request on the
+    // stream while a watcher waits for 12, so it is created from 10.
+    let mut b = Client::open(&mut hub, 2, 8);
+    hub.create(b.id, watch("j", 12));
+    hub.flush_creates();
+    assert_eq!(sent(&mut hub), vec!["create 2 from 10"]);
+    hub.upstream_response(created(2, 11));
+    assert!(hub.liveness_probe(), "no watcher starts in the future");
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    hub.upstream_response(put(2, "j", 11));
+    hub.upstream_response(put(2, "j", 12));
+    assert_eq!(
+        summary(&b.received()),
+        vec![(0, true, false, vec![]), (0, false, false, vec![12])],
+        "revision 11 is before what b asked for"
+    );
+    // A compaction at 12 (from 10 etcd would cancel the watcher) takes nothing b needs: b carries on from 13.
+    hub.create(b.id, watch("i", 20));
+    hub.flush_creates();
+    assert_eq!(sent(&mut hub), vec!["create 3 from 12"]);
+    hub.upstream_response(created(3, 12));
+    hub.upstream_response(WatchResponse {
+        header: header(12),
+        watch_id: 3,
+        canceled: true,
+        compact_revision: 12,
+        cancel_reason: "etcdserver: mvcc: required revision has been compacted".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        summary(&b.received()),
+        vec![(1, true, false, vec![])],
+        "no cancel for the watcher of i"
+    );
+    assert_eq!(sent(&mut hub), vec!["cancel 3", "create 4 from 12"]);
 }
 
 #[test]
