@@ -548,8 +548,7 @@ fn a_liveness_probe_is_sent_only_when_etcd_would_answer_it() {
 }
 
 #[test]
-fn a_watcher_from_a_future_revision_is_created_from_the_known_one_and_shows_only_what_it_asked_for()
-{
+fn a_watcher_from_a_future_revision_is_created_from_the_known_one() {
     let mut hub = hub();
     hub.set_etcd_version(Some("3.5.30"));
     let a = Client::open(&mut hub, 1, 8);
