@@ -4,12 +4,9 @@
 
 mod support;
 
-use proto::etcdserverpb::PutRequest;
 use proto::etcdserverpb::WatchResponse;
-use proto::etcdserverpb::kv_client::KvClient;
-use support::grpc::channel;
+use support::grpc::{channel, put};
 use support::watch::{DEADLINE, WatchStream, create, progress};
-use tonic::transport::Channel;
 
 /// etcd's gauge of its watchers (from its /metrics).
 async fn etcd_watchers(etcd: &str) -> i64 {
@@ -20,21 +17,6 @@ async fn etcd_watchers(etcd: &str) -> i64 {
         .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .expect("etcd_debugging_mvcc_watcher_total") as i64
-}
-
-async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
-    KvClient::new(channel.clone())
-        .put(PutRequest {
-            key: key.into(),
-            value: value.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .header
-        .unwrap()
-        .revision
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,25 +5,20 @@
 
 mod support;
 
+use proto::etcdserverpb::CompactionRequest;
 use proto::etcdserverpb::kv_client::KvClient;
-use proto::etcdserverpb::{CompactionRequest, PutRequest};
-use support::grpc::channel;
+use support::grpc::{channel, put};
 use support::watch::{WatchStream, create, create_from, progress};
-use tonic::transport::Channel;
 
-async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
-    KvClient::new(channel.clone())
-        .put(PutRequest {
-            key: key.into(),
-            value: value.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .header
-        .unwrap()
-        .revision
+/// Three progress requests on `stream`, each answered as etcd answers one, at the store's `revision`.
+async fn assert_progress_answered(stream: &mut WatchStream, revision: i64) {
+    for round in 0..3 {
+        stream.send(progress()).await;
+        let answer = stream.expect(&format!("progress answer {round}")).await;
+        assert_eq!(answer.watch_id, -1, "a progress answer: {answer:?}");
+        assert!(answer.events.is_empty() && !answer.canceled, "{answer:?}");
+        assert_eq!(answer.header.unwrap().revision, revision, "{answer:?}");
+    }
 }
 
 /// etcd keeps a watcher it cancelled for compaction (created from a compacted revision, cancelled before it
@@ -64,18 +59,7 @@ async fn a_watcher_etcd_cancelled_for_compaction_leaves_progress_answered_for_ot
     assert_eq!(cancelled.compact_revision, compacted, "{cancelled:?}");
 
     // The first client asks for progress.
-    for round in 0..3 {
-        live.send(progress()).await;
-        let answer = live
-            .expect(&format!("progress answer {round} for the live client"))
-            .await;
-        assert_eq!(answer.watch_id, -1, "a progress answer: {answer:?}");
-        assert!(answer.events.is_empty() && !answer.canceled, "{answer:?}");
-        assert!(
-            answer.header.unwrap().revision >= compacted,
-            "at the store's revision: {answer:?}"
-        );
-    }
+    assert_progress_answered(&mut live, compacted).await;
 }
 
 /// etcd 3.5.30 answers no progress request on a stream while one of its watchers starts at a revision the store has
@@ -104,15 +88,7 @@ async fn a_watcher_from_the_next_revision_leaves_progress_answered_for_other_cli
     let created = next.expect("the next-revision watcher's create").await;
     assert!(created.created && !created.canceled, "{created:?}");
 
-    for round in 0..3 {
-        live.send(progress()).await;
-        let answer = live
-            .expect(&format!("progress answer {round} for the live client"))
-            .await;
-        assert_eq!(answer.watch_id, -1, "a progress answer: {answer:?}");
-        assert!(answer.events.is_empty() && !answer.canceled, "{answer:?}");
-        assert_eq!(answer.header.unwrap().revision, now, "{answer:?}");
-    }
+    assert_progress_answered(&mut live, now).await;
     // The watcher from the next revision sees that revision and nothing before it.
     put(&direct, "later", "2").await;
     let event = next.expect("the event at the next revision").await;

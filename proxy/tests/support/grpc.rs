@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use proto::etcdserverpb::PutRequest;
+use proto::etcdserverpb::kv_client::KvClient;
 use tonic::transport::Channel;
 
 /// A connected channel to `127.0.0.1:PORT` (etcd or the proxy).
@@ -25,4 +27,20 @@ pub fn with_meta<T>(req: T, key: &'static str, value: &str) -> tonic::Request<T>
 /// A status as "Code: message", the part of an error that etcd defines.
 pub fn status(s: &tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
+}
+
+/// Puts `key` = `value` and returns the revision etcd gave the write.
+pub async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
+    KvClient::new(channel.clone())
+        .put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .revision
 }
