@@ -19,8 +19,10 @@
 //!   upstream streams are the back one's clients: both coalescers must compose and still answer like etcd. In the
 //!   clear.
 //! - `cache`: the range cache on, squeezed to 64 KiB (`--range-cache-max-bytes=65536`), so that copies of ranges
-//!   are evicted and filled again all the time; every scenario must still answer like direct etcd. In the clear. It
-//!   must have answered some Range from the cache (`cache/answered` in the suite).
+//!   are evicted and filled again all the time; every scenario must still answer like direct etcd. In the clear.
+//!
+//! The cache is on by default, so under every profile the front proxy must have answered some Range from it
+//! (`cache/answered` in the suite).
 //!
 //! A profile that also needs etcd or its clients set up differently (TLS: certificates for etcd and for etcdctl;
 //! chain: a second proxy in front of the first) adds that here, next to its flags, so that every harness using

@@ -287,14 +287,16 @@ async fn shared_lane(
     outcomes
 }
 
-/// Under a profile with the range cache on (`--range-cache-max-bytes` other than 0), whether the scenarios were
-/// answered from the cache at all: without a single answer from it the profile would pass without testing it. An
-/// outcome of its own, `cache/answered`.
+/// Under a profile with the range cache on (by default, or `--range-cache-max-bytes` other than 0), whether the
+/// scenarios were answered from the cache at all: without a single answer from it the profile would pass without
+/// testing it. An outcome of its own, `cache/answered`.
 async fn cache_was_used(spec: &Spec, profile: Profile, proxies: &Proxies) -> Option<Outcome> {
-    let cache_on = profile.flags.iter().any(|f| {
-        f.strip_prefix("--range-cache-max-bytes=")
-            .is_some_and(|bytes| bytes != "0")
-    });
+    let cache_on = profile
+        .flags
+        .iter()
+        .rev()
+        .find_map(|f| f.strip_prefix("--range-cache-max-bytes="))
+        .is_none_or(|bytes| bytes != "0");
     if !cache_on {
         return None;
     }

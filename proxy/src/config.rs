@@ -278,11 +278,9 @@ pub const DEFAULT_MAX_CLIENT_CALLS: usize = 100_000;
 /// Default `--watch-buffer-size`: etcd's Go proxy buffers 1024 responses per stream too.
 pub const DEFAULT_WATCH_BUFFER_SIZE: usize = 1024;
 
-/// `--range-cache-max-bytes`' default: off. With the cache on in a proxy in front of another proxy, a client's
-/// watch progress request can go unanswered (conformance `raw_grpc` watch-across-compaction, `chain` profile, etcd
-/// 3.5.30); until that is understood the cache is turned on by the flag (268435456, 256 MiB, is a size that suits
-/// a large cluster: etcd's own default quota is 2 GiB).
-pub const DEFAULT_RANGE_CACHE_MAX_BYTES: usize = 0;
+/// `--range-cache-max-bytes`' default: 256 MiB, a size that suits a large cluster (etcd's own default quota is
+/// 2 GiB); `0` turns the cache off.
+pub const DEFAULT_RANGE_CACHE_MAX_BYTES: usize = 256 << 20;
 /// etcd's default `--max-send-bytes`: 1.5 MiB, etcd's default request size limit.
 pub const DEFAULT_MAX_SEND_BYTES: usize = 1_572_864;
 /// etcd's default `--max-recv-bytes`: `math.MaxInt32`.
