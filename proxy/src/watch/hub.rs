@@ -192,11 +192,10 @@ impl Hub {
 
     /// etcd from 3.5.8 does not answer a progress request that finds a watcher of the stream not synced yet (one
     /// that catches up, or was created a moment ago): 3.5.8 to 3.5.12 answer it once they are, 3.5.13 and 3.6 on
-    /// drop it. A
-    /// request the actor finds unanswered for a while is therefore sent again for the client streams still waiting,
-    /// and for the actor's liveness probe (`liveness_waiting`), which would otherwise take etcd for hung; an answer to
-    /// the first that comes after all is harmless (see [`Hub::progress_answered`]). Returns whether a request was
-    /// sent.
+    /// drop it. A request the actor finds unanswered for a while is therefore sent again for the client streams
+    /// still waiting, and for the actor's liveness probe (`liveness_waiting`), which would otherwise take etcd for
+    /// hung; an answer to the first that comes after all is harmless (see [`Hub::progress_answered`]). Returns
+    /// whether a request was sent.
     pub fn resend_progress(&mut self, liveness_waiting: bool) -> bool {
         if !self.progress_in_flight || self.answers_idle_progress {
             return false;
@@ -205,13 +204,13 @@ impl Hub {
         (liveness_waiting || !self.progress_waiters.is_empty()) && self.probe()
     }
 
-    /// Whether no client stream is attached.
     /// Answers progress requests as etcd of `version` does (`None`: the member would not say; the newest way).
     pub fn set_etcd_version(&mut self, version: Option<&str>) {
         self.answers_idle_progress =
             super::etcd_version::answers_progress_without_watchers(version);
     }
 
+    /// Whether no client stream is attached.
     pub fn has_no_streams(&self) -> bool {
         self.streams.is_empty()
     }
