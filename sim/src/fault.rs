@@ -245,6 +245,9 @@ fn at(at: Duration, fault: Fault) -> Scheduled {
 
 /// Applies one fault to the simulation and to the model `cluster` it serves. Returns a line for the trace.
 pub fn apply(sim: &mut turmoil::Sim<'_>, cluster: &Cluster, fault: &Fault) -> String {
+    // Outside any host the model cannot read the simulation's clock: it is told, so that a hang or crash is dated
+    // by simulated time alone.
+    cluster.sim_time_is(sim.elapsed());
     match fault {
         Fault::Crash(m) => {
             sim.crash(member_host(*m));

@@ -177,6 +177,14 @@ impl Cluster {
         }
     }
 
+    /// The simulation's clock stands at `now`: for calls made between its steps (faults the world applies), which
+    /// would otherwise see only the last simulated time some earlier call recorded, or before any, real time.
+    pub fn sim_time_is(&self, now: Duration) {
+        self.shared
+            .last_sim_nanos
+            .fetch_max(now.as_nanos() as u64, Ordering::AcqRel);
+    }
+
     /// Virtual time: the simulation's clock inside turmoil, tokio's clock since creation elsewhere. Between the
     /// steps of a simulation (when the world tears hosts down, for example) the last simulated time is used, so
     /// that no real time ever leaks into a simulated history.
