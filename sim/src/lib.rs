@@ -19,7 +19,8 @@
 //! - [`fault`]: seeded fault plans (crash/restart, hang/resume, partitions both ways and one way, held links,
 //!   latency and jitter, proxy restarts) and their application.
 //! - [`world`]: one simulated world (one proxy, or several with their own configurations) and its run loop; stops
-//!   the proxies at the end and counts their leftover tasks.
+//!   the proxies at the end and counts their leftover tasks. While it runs, std's clock on its thread reads
+//!   simulated time (the `sim_clock` crate), so dependencies that read it (h2) do not depend on the machine's load.
 //! - [`scenario`]: the scenarios and their clients (watchers, callers, lease keepers, direct writers).
 //! - [`check`]: the invariant checkers, pure functions over histories.
 //! - [`trace`], [`seeds`]: the event trace and its digest; `SIM_SEED` / `SIM_SEEDS` and regression seeds.

@@ -260,8 +260,11 @@ impl<'a> World<'a> {
     }
 
     fn drive(&mut self) -> Result<(), String> {
+        // Dependencies that read std's clock (h2) read simulated time too: see `sim_clock`.
+        let clock = sim_clock::Simulated::start();
         loop {
             let now = self.sim.elapsed();
+            clock.at(now);
             for scheduled in self.plan.take_due(now) {
                 // A crash or hang also moves the model's leader (a new term) if it led.
                 let line = fault::apply(&mut self.sim, &self.cluster, &scheduled.fault);
@@ -289,6 +292,7 @@ impl<'a> World<'a> {
                     "the proxy did not stop within {SHUTDOWN_LIMIT:?} of its shutdown signal"
                 ));
             }
+            clock.at(self.sim.elapsed());
             self.sim.step().map_err(|e| e.to_string())?;
         }
         self.trace.record_at(self.sim.elapsed(), "proxy stopped");

@@ -2,8 +2,14 @@
 //! it seeds from the process (turmoil seeds it only under the `tokio_unstable` cfg), so every `select!` in the
 //! code the simulation runs polls in a fixed order (`biased;`). A `select!` without it once made `lease` seed 2
 //! end in one of two histories (a client connection ended at the instant shutdown began: gracefully or not).
+//! Dependencies that read std's clock (h2 forgets a stream it reset after 1 s of it) read simulated time too
+//! (`sim_clock`), so a loaded machine does not change a run.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sim::world::{Settings, World};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -66,5 +72,32 @@ fn every_select_in_simulated_code_polls_in_a_fixed_order() {
     assert!(
         offenders.is_empty(),
         "select! without `biased;` (its order would come from an unseeded RNG): {offenders:?}"
+    );
+}
+
+#[test]
+fn std_clock_on_a_simulated_host_reads_simulated_time() {
+    let mut world = World::new(Settings::quiet(1, 1));
+    let measured = Arc::new(Mutex::new(None));
+    let out = measured.clone();
+    world.client("c0", async move {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "what a dependency such as h2 reads is what this test checks"
+        )]
+        let std_now = std::time::Instant::now;
+        let before = std_now();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        *out.lock().unwrap() = Some(std_now() - before);
+        Ok(())
+    });
+    let finished = world.run();
+    assert_eq!(finished.sim_error, None);
+    let elapsed = measured.lock().unwrap().expect("the client ran");
+    // Ten simulated seconds, give or take one simulation step (a step is a few milliseconds); on the machine's
+    // clock the run takes a fraction of that.
+    assert!(
+        elapsed.abs_diff(Duration::from_secs(10)) < Duration::from_millis(50),
+        "std's clock moved {elapsed:?} while the host slept 10 s of simulated time"
     );
 }
