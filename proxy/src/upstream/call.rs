@@ -56,22 +56,33 @@ impl Upstream {
             .revision_floor
             .as_ref()
             .map(|_| (Forwarded::capture(&request), request.get_ref().clone()));
-        let call = |mut grpc: tonic::client::Grpc<Channel>, request| {
-            let path = path.clone();
-            async move { grpc.unary(request, path, RawCodec).await }
-        };
-        let (_, response) = self.with_retries(retry, request, call).await?;
+        let response = self.unary_unordered(retry, &path, request).await?;
         if let (Some(floor), Some((forwarded, message))) = (&self.revision_floor, forwarded)
             && floor.judge(path.path(), &message, &response) == ordering::Verdict::Reask
         {
             // A lagging member's answer: etcd's linearizable read is at least as new as any it returned.
             self.metrics.serializable_reads_reasked.inc();
             let again = forwarded.request(ordering::linearizable(&message));
-            let (_, response) = self.with_retries(retry, again, call).await?;
+            let response = self.unary_unordered(retry, &path, again).await?;
             floor.judge(path.path(), &message, &response);
             return Ok(Response::new(response));
         }
         Ok(Response::new(response))
+    }
+
+    /// A unary call with no revision ordering: its answer goes to no client as it is.
+    async fn unary_unordered(
+        self: &Arc<Self>,
+        retry: Retry,
+        path: &PathAndQuery,
+        request: Request<Bytes>,
+    ) -> Result<Bytes, Status> {
+        let call = |mut grpc: tonic::client::Grpc<Channel>, request| {
+            let path = path.clone();
+            async move { grpc.unary(request, path, RawCodec).await }
+        };
+        let (_, response) = self.with_retries(retry, request, call).await?;
+        Ok(response)
     }
 
     /// A call with one request and a stream of responses (Snapshot, Observe, RangeStream). Opening it is retried
@@ -91,7 +102,9 @@ impl Upstream {
     }
 
     /// The proxy's own unary call (a permission check, a Status): the same path as a client's, with the messages
-    /// encoded and decoded around it.
+    /// encoded and decoded around it, and without the revision ordering of client reads: its answer reaches no
+    /// client as it is, so a lagging member's answer to it is not asked again (and not counted as a client read
+    /// asked again).
     pub async fn call<Req, Resp>(
         self: &Arc<Self>,
         retry: Retry,
@@ -103,16 +116,15 @@ impl Upstream {
         Resp: prost::Message + Default,
     {
         let request = request.map(|message| Bytes::from(message.encode_to_vec()));
-        let response = self
-            .unary(retry, PathAndQuery::from_static(path), request)
+        let bytes = self
+            .unary_unordered(retry, &PathAndQuery::from_static(path), request)
             .await?;
-        let (metadata, bytes, extensions) = response.into_parts();
         let message = Resp::decode(bytes).map_err(|err| {
             Status::internal(format!(
                 "etcd-grpc-proxy: cannot read etcd's answer to {path}: {err}"
             ))
         })?;
-        Ok(Response::from_parts(metadata, message, extensions))
+        Ok(Response::new(message))
     }
 
     /// A gRPC client on `channel` with the proxy's receive limit (what it accepts from etcd); the send limit is
