@@ -1,7 +1,7 @@
 //! The range cache against real etcd: a write made directly on etcd reaches serializable reads through the proxy
 //! by the cache's watch (answered from the cache, not by going to etcd), reads never go back in revision, a write
 //! through the proxy is read back at once, every option of Range is answered from a copy exactly as etcd answers
-//! it, linearizable reads from the cache reflect every acknowledged write, and under auth a copy another user's
+//! it (ranges inside a cached prefix included), linearizable reads from the cache reflect every acknowledged write, and under auth a copy another user's
 //! read filled reaches only users etcd lets read it.
 
 mod support;
@@ -233,10 +233,26 @@ async fn every_range_option_is_answered_from_a_copy_as_etcd_answers_it() {
         let answer = read(&mut through, request.clone()).await;
         assert_eq!(answer, expected, "{request:?}");
     }
+    // Ranges inside the prefix come from its copy too: a key, a span, a key it does not hold, and a span cut by
+    // a limit.
+    let inside = [
+        serializable("p/b", b""),
+        serializable("p/b", b"p/c"),
+        serializable("p/z", b""),
+        RangeRequest {
+            limit: 1,
+            ..serializable("p/a", b"p/bz")
+        },
+    ];
+    for request in inside {
+        let expected = read(&mut direct, request.clone()).await;
+        let answer = read(&mut through, request.clone()).await;
+        assert_eq!(answer, expected, "{request:?}");
+    }
     let (hits_after, _) = hits_and_misses(&proxy.metrics().await);
     assert_eq!(
         hits_after - hits_before,
-        10.0,
+        14.0,
         "every case came from the copy"
     );
 }

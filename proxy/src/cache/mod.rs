@@ -240,7 +240,7 @@ impl Cache {
                 // Only once etcd has confirmed the copy's watcher: until then nothing says a write after the fill
                 // would reach it (a member that cannot watch, say).
                 if copy.covered_from.is_some() && copy.revision >= target {
-                    let answer = query.answer(copy.kvs.values(), copy.header())?;
+                    let answer = query.answer(copy.kvs_in(&query.range), copy.header())?;
                     self.upstream.returned_revision(copy.revision);
                     return Some(Bytes::from(answer.encode_to_vec()));
                 }

@@ -7,6 +7,7 @@
 //! order of keys that tie on a sort target other than the key cannot be known. Such a read goes to etcd.
 
 use std::cmp::Ordering;
+use std::ops::Bound;
 
 use bytes::Bytes;
 use prost::Message;
@@ -29,7 +30,45 @@ impl KeyRange {
         }
         key >= &self.key[..] && (self.end[..] == [0] || key < &self.end[..])
     }
+
+    /// A range of more than one key (`end` set): only such a range can cover another besides itself.
+    pub fn is_wide(&self) -> bool {
+        !self.end.is_empty()
+    }
+
+    /// Whether every key `other` may hold lies in this range, so that this range's keys in `other` are all of
+    /// `other`'s keys. A range whose end is at or before its key holds nothing, and is covered only by itself.
+    pub fn covers(&self, other: &KeyRange) -> bool {
+        if self == other {
+            return true;
+        }
+        if other.end.is_empty() {
+            return self.contains(&other.key);
+        }
+        let to_the_last_key = |r: &KeyRange| r.end[..] == [0];
+        if !to_the_last_key(other) && other.end <= other.key {
+            return false;
+        }
+        self.is_wide()
+            && self.key <= other.key
+            && (to_the_last_key(self) || (!to_the_last_key(other) && other.end <= self.end))
+    }
+
+    /// The bounds of this range's keys, for a map ordered by key; `None` when it holds no key.
+    pub fn bounds(&self) -> Option<KeyBounds<'_>> {
+        let start = Bound::Included(&self.key[..]);
+        if self.end.is_empty() {
+            return Some((start, Bound::Included(&self.key[..])));
+        }
+        if self.end[..] == [0] {
+            return Some((start, Bound::Unbounded));
+        }
+        (self.key < self.end).then_some((start, Bound::Excluded(&self.end[..])))
+    }
 }
+
+/// The first and last key of a range, as `BTreeMap::range` takes them.
+pub type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 
 /// A Range request the cache can answer: a read of the newest revision with options it can apply exactly.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -357,5 +396,69 @@ mod tests {
         assert!(!keys_only.answer_fills(&whole));
         let limited_but_whole = query(RangeRequest { limit: 5, ..all() });
         assert!(limited_but_whole.answer_fills(&whole));
+    }
+
+    fn range(key: &str, end: &[u8]) -> KeyRange {
+        KeyRange {
+            key: Bytes::from(key.to_owned()),
+            end: Bytes::copy_from_slice(end),
+        }
+    }
+
+    #[test]
+    fn a_range_covers_the_ranges_whose_keys_all_lie_in_it() {
+        let prefix = range("a/", b"a0");
+        let from_b = range("b", &[0]);
+        assert!(prefix.covers(&range("a/x", b"")), "a key in it");
+        assert!(prefix.covers(&range("a/x", b"a/y")), "a range in it");
+        assert!(prefix.covers(&range("a/", b"a0")), "itself");
+        assert!(prefix.covers(&range("a/x/", b"a/x0")), "a prefix in it");
+        assert!(
+            !prefix.covers(&range("a/x", b"b")),
+            "a range that ends past it"
+        );
+        assert!(
+            !prefix.covers(&range("a", b"a/z")),
+            "a range that starts before it"
+        );
+        assert!(
+            !prefix.covers(&range("a/x", &[0])),
+            "every key from one in it on"
+        );
+        assert!(!prefix.covers(&range("b", b"")), "a key outside");
+        assert!(
+            from_b.covers(&range("c", &[0])),
+            "every key from a later one"
+        );
+        assert!(from_b.covers(&range("c", b"d")));
+        assert!(!from_b.covers(&range("a", &[0])));
+        let key = range("a/x", b"");
+        assert!(key.covers(&key.clone()));
+        assert!(
+            !key.covers(&range("a/x", b"a/x\0")),
+            "a single key covers only itself"
+        );
+        // A range that ends before it starts holds nothing; only the same request is answered like it.
+        let backwards = range("a/y", b"a/x");
+        assert!(!prefix.covers(&backwards));
+        assert!(backwards.covers(&backwards.clone()));
+    }
+
+    #[test]
+    fn bounds_select_the_keys_etcd_reads() {
+        let keys: std::collections::BTreeMap<Bytes, ()> = ["a", "a/1", "a/2", "b", "c"]
+            .into_iter()
+            .map(|k| (Bytes::from(k), ()))
+            .collect();
+        let read = |r: KeyRange| -> Vec<&[u8]> {
+            r.bounds()
+                .map(|b| keys.range::<[u8], _>(b).map(|(k, _)| &k[..]).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(read(range("a/", b"a0")), [&b"a/1"[..], b"a/2"]);
+        assert_eq!(read(range("a/1", b"")), [&b"a/1"[..]]);
+        assert_eq!(read(range("b", &[0])), [&b"b"[..], b"c"]);
+        assert!(read(range("c", b"b")).is_empty());
+        assert!(read(range("b", b"b")).is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! The cache's copies of ranges: for each, every key of the range at a known revision, kept current by applying
-//! the events of the range's watcher. Bounded in bytes; the least recently read ranges go first.
+//! the events of the range's watcher. Bounded in bytes; the least recently read ranges go first. A read is
+//! answered from the copy of its own range or of a range that covers it (one key of a cached prefix, say).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use proto::etcdserverpb::ResponseHeader;
@@ -38,6 +39,15 @@ pub struct Copy {
 }
 
 impl Copy {
+    /// The copy's keys within `range` (a range it covers), in key order.
+    pub fn kvs_in<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = &'a KeyValue> + 'a {
+        range
+            .bounds()
+            .map(|bounds| self.kvs.range::<[u8], _>(bounds).map(|(_, kv)| kv))
+            .into_iter()
+            .flatten()
+    }
+
     /// A header for an answer from this copy.
     pub fn header(&self) -> ResponseHeader {
         ResponseHeader {
@@ -57,7 +67,10 @@ pub struct Evicted {
 pub struct Store {
     max_bytes: usize,
     bytes: usize,
-    copies: HashMap<KeyRange, Copy>,
+    /// Ordered, so that the choice among covering copies is the same from run to run.
+    copies: BTreeMap<KeyRange, Copy>,
+    /// The copies of more than one key: the only ones that can cover another range than their own.
+    wide: BTreeSet<KeyRange>,
     by_watch: HashMap<WatchId, KeyRange>,
     /// Ranges by last use, oldest first.
     recency: BTreeMap<u64, KeyRange>,
@@ -70,7 +83,8 @@ impl Store {
         Self {
             max_bytes,
             bytes: 0,
-            copies: HashMap::new(),
+            copies: BTreeMap::new(),
+            wide: BTreeSet::new(),
             by_watch: HashMap::new(),
             recency: BTreeMap::new(),
             clock: 0,
@@ -90,30 +104,40 @@ impl Store {
         self.copies.is_empty()
     }
 
-    /// The copy of `range`, marked as just used.
+    /// The copy that answers reads of `range` ([`Store::get`]), marked as just used.
     pub fn read(&mut self, range: &KeyRange) -> Option<&Copy> {
-        let copy = self.copies.get_mut(range)?;
+        let covering = self.get(range)?.range.clone();
+        let copy = self.copies.get_mut(&covering)?;
         self.recency.remove(&copy.last_used);
         self.clock += 1;
         copy.last_used = self.clock;
-        self.recency.insert(self.clock, range.clone());
+        self.recency.insert(self.clock, covering);
         Some(copy)
     }
 
+    /// The copy that answers reads of `range`: its own, or else, of the copies covering it, the one furthest
+    /// along (a confirmed watcher first, then the newest revision).
     pub fn get(&self, range: &KeyRange) -> Option<&Copy> {
-        self.copies.get(range)
+        if let Some(copy) = self.copies.get(range) {
+            return Some(copy);
+        }
+        self.wide
+            .iter()
+            .filter(|wide| wide.covers(range))
+            .filter_map(|wide| self.copies.get(wide))
+            .max_by_key(|copy| (copy.covered_from.is_some(), copy.revision))
     }
 
     /// Adds a copy of `range` filled from an answer at `header.revision`; returns its new watch id (the watcher to
     /// create from the next revision) and the copies evicted to make room. `None` when the range is already
-    /// cached or would take more than an eighth of the bound.
+    /// cached (or covered by a cached range) or would take more than an eighth of the bound.
     pub fn fill(
         &mut self,
         range: KeyRange,
         kvs: Vec<KeyValue>,
         header: ResponseHeader,
     ) -> Option<(WatchId, Evicted)> {
-        if self.copies.contains_key(&range) {
+        if self.get(&range).is_some() {
             return None;
         }
         let bytes = RANGE_OVERHEAD + kvs.iter().map(cost).sum::<usize>();
@@ -136,6 +160,9 @@ impl Store {
         self.bytes += bytes;
         self.by_watch.insert(watch_id, range.clone());
         self.recency.insert(self.clock, range.clone());
+        if range.is_wide() {
+            self.wide.insert(range.clone());
+        }
         self.copies.insert(range, copy);
         Some((watch_id, self.evict_over_bound()))
     }
@@ -201,6 +228,7 @@ impl Store {
         let Some(range) = self.by_watch.remove(&watch_id) else {
             return false;
         };
+        self.wide.remove(&range);
         if let Some(copy) = self.copies.remove(&range) {
             self.bytes -= copy.bytes;
             self.recency.remove(&copy.last_used);
@@ -212,6 +240,7 @@ impl Store {
     pub fn clear(&mut self) -> usize {
         let dropped = self.copies.len();
         self.copies.clear();
+        self.wide.clear();
         self.by_watch.clear();
         self.recency.clear();
         self.bytes = 0;
@@ -410,5 +439,61 @@ mod tests {
         assert_eq!(store.bytes(), 0);
         assert!(store.is_empty());
         assert!(!store.drop_watch(id));
+    }
+
+    fn key(k: &str) -> KeyRange {
+        KeyRange {
+            key: Bytes::from(k.to_owned()),
+            end: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn a_range_inside_a_cached_one_is_read_from_its_copy() {
+        let mut store = Store::new(1 << 20);
+        let (id, _) = store
+            .fill(
+                prefix("a/"),
+                vec![kv("a/1", "x", 3), kv("a/2", "y", 4)],
+                at(5),
+            )
+            .unwrap();
+        store.apply(id, &[put("a/1", "z", 6)]);
+        let one = key("a/1");
+        let copy = store.read(&one).expect("the prefix's copy");
+        assert_eq!(copy.range, prefix("a/"));
+        let values: Vec<_> = copy.kvs_in(&one).map(|kv| kv.value.clone()).collect();
+        assert_eq!(values, [Bytes::from("z")]);
+        assert_eq!(copy.header().revision, 6);
+        assert_eq!(
+            copy.kvs_in(&key("a/3")).count(),
+            0,
+            "a key the range does not hold"
+        );
+        assert!(store.get(&key("b")).is_none(), "a key outside");
+        // A covered range gets no copy (and no watcher) of its own.
+        assert!(store.fill(one, vec![kv("a/1", "z", 6)], at(6)).is_none());
+        assert_eq!(store.len(), 1);
+        // Once the covering copy is gone, nothing answers for the key.
+        assert!(store.drop_watch(id));
+        assert!(store.get(&key("a/1")).is_none());
+    }
+
+    #[test]
+    fn of_two_covering_copies_the_one_further_along_answers() {
+        let mut store = Store::new(1 << 20);
+        // The narrower first: a range a cached one covers gets no copy.
+        let (narrow, _) = store.fill(prefix("a/"), vec![], at(7)).unwrap();
+        let (wide, _) = store.fill(prefix("a"), vec![], at(5)).unwrap();
+        let sub = key("a/1");
+        assert_eq!(store.get(&sub).unwrap().range, prefix("a/"), "the newer");
+        store.confirmed(wide, 0);
+        assert_eq!(
+            store.get(&sub).unwrap().range,
+            prefix("a"),
+            "a confirmed watcher first"
+        );
+        store.confirmed(narrow, 0);
+        assert_eq!(store.get(&sub).unwrap().range, prefix("a/"));
     }
 }
