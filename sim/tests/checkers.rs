@@ -161,8 +161,10 @@ fn watch_checker_applies_range_filters_and_prev_kv() {
 
 #[test]
 fn watch_checker_requires_a_reason_for_a_cancel_and_confirmation_otherwise() {
-    let history = kv_history();
-    let mut log = watcher(all_events(&history)[..2].to_vec());
+    let mut history = kv_history();
+    history.compactions.push((Duration::ZERO, 4));
+    // Received revision 2 only: revision 3, which it needs next, is gone after a compaction at 4.
+    let mut log = watcher(all_events(&history)[..1].to_vec());
     log.end = WatchEnd::Cancelled {
         reason: String::new(),
         compact_revision: 0,
@@ -179,6 +181,37 @@ fn watch_checker_requires_a_reason_for_a_cancel_and_confirmation_otherwise() {
     assert_eq!(check_watcher(&history, &log), Ok(()));
     log.end = WatchEnd::Unconfirmed;
     assert!(check_watcher(&history, &log).is_err());
+}
+
+#[test]
+fn watch_checker_accepts_only_the_models_compaction_cancels() {
+    let mut history = kv_history();
+    history.compactions.push((Duration::ZERO, 4));
+    let cancelled_at = |received: usize, compact_revision| {
+        let mut log = watcher(all_events(&history)[..received].to_vec());
+        log.end = WatchEnd::Cancelled {
+            reason: String::new(),
+            compact_revision,
+        };
+        check_watcher(&history, &log)
+    };
+    assert_eq!(cancelled_at(1, 4), Ok(()), "needed 3, compacted at 4");
+    // Needed 4 next: etcd keeps the compaction revision, so it would not have cancelled this watcher (another
+    // watcher's cancel handed to this one looks like this).
+    let err = cancelled_at(2, 4).unwrap_err();
+    assert!(err.contains("compaction kept"), "{err}");
+    let err = cancelled_at(1, 5).unwrap_err();
+    assert!(err.contains("never made"), "{err}");
+}
+
+#[test]
+fn watch_checker_fails_a_watcher_that_was_never_created() {
+    let history = kv_history();
+    let mut log = watcher(Vec::new());
+    log.start = None;
+    log.end = WatchEnd::Unconfirmed;
+    let err = check_watcher(&history, &log).unwrap_err();
+    assert!(err.contains("never created"), "{err}");
 }
 
 #[test]

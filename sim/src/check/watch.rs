@@ -91,13 +91,15 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
                 log.name
             ));
         }
-        return match log.end {
-            WatchEnd::Unconfirmed if log.received.is_empty() => Ok(()),
-            _ => Err(format!(
-                "{}: events or an end without a Created response",
+        // Every fault plan keeps a member reachable and heals before the quiet period, so a watcher the proxy
+        // never created is a failure, not a run that proved nothing.
+        return Err(match log.end {
+            WatchEnd::Unconfirmed if log.received.is_empty() => format!(
+                "{}: never created (no Created response before the run gave up, with a member reachable)",
                 log.name
-            )),
-        };
+            ),
+            _ => format!("{}: events or an end without a Created response", log.name),
+        });
     };
     let first = start.first_revision();
     let through = match &log.end {
@@ -108,6 +110,9 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
         } => {
             if reason.is_empty() && *compact_revision == 0 {
                 return Err(format!("{}: cancelled without a reason", log.name));
+            }
+            if *compact_revision > 0 {
+                check_compaction_cancel(history, log, first, *compact_revision)?;
             }
             // Everything received before the cancel must still be right.
             last_received(log, first)
@@ -145,6 +150,36 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
 }
 
 /// The revision of the last event received (`first - 1` if none).
+/// A compaction cancel must be the model's: a revision the model compacted at, past the next revision the watcher
+/// still needed (etcd cancels a watcher only when that revision is gone: `minRev < compactRev`). One that is not
+/// handed this client another watcher's cancel, or made one up.
+fn check_compaction_cancel(
+    history: &History,
+    log: &WatcherLog,
+    first: i64,
+    compact_revision: i64,
+) -> Result<(), String> {
+    if !history
+        .compactions
+        .iter()
+        .any(|&(_, r)| r == compact_revision)
+    {
+        return Err(format!(
+            "{}: cancelled for a compaction at {compact_revision}, which the model never made",
+            log.name
+        ));
+    }
+    let next = last_received(log, first) + 1;
+    if next >= compact_revision {
+        return Err(format!(
+            "{}: cancelled for the compaction at {compact_revision} although it needed only revisions from {next} on, \
+             which the compaction kept",
+            log.name
+        ));
+    }
+    Ok(())
+}
+
 fn last_received(log: &WatcherLog, first: i64) -> i64 {
     log.received
         .last()
