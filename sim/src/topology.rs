@@ -65,7 +65,7 @@ impl Dialer {
             .expect("simulated authorities form valid URIs")
             .connect_timeout(Duration::from_secs(1))
             .connect_with_connector_lazy(Connector::with_tls(
-                Arc::new(TurmoilNet),
+                Arc::new(TurmoilNet::default()),
                 self.tls.clone(),
             ))
     }

@@ -4,14 +4,15 @@
 //! [`World::run`] steps virtual time, applies faults when due, and at the end shuts the proxies down and checks that
 //! they stopped cleanly with no task left behind.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::fault::{self, FaultPlan, FaultProfile};
+use crate::fault::{self, Fault, FaultPlan, FaultProfile, Scheduled};
 use crate::model::{self, Cluster};
-use crate::net::TurmoilNet;
+use crate::net::{HostSockets, TurmoilNet};
 use crate::tls::TlsFiles;
 use crate::topology::{self, Dialer, MEMBER_PORT, PROXY_HOST, PROXY_PORT, member_host};
 use crate::trace::Trace;
@@ -67,6 +68,11 @@ pub struct World<'a> {
     /// How many proxy hosts the world has (each reports one exit at the end).
     proxies: usize,
     dialer: Dialer,
+    /// The connections of each host that can crash (members and proxies), by host name.
+    sockets: BTreeMap<String, HostSockets>,
+    /// Faults due but held for a step behind a crash whose host was asked to close its connections (`true`: this
+    /// one's host was asked).
+    crashing: Vec<(Scheduled, bool)>,
 }
 
 /// What a finished run leaves for the checkers.
@@ -176,6 +182,8 @@ impl<'a> World<'a> {
             proxy_exits: Arc::default(),
             proxies: proxies.len(),
             dialer,
+            sockets: BTreeMap::new(),
+            crashing: Vec::new(),
         };
         for member in 0..world.settings.members {
             world.add_member(member, acceptors.get(member).cloned());
@@ -192,19 +200,35 @@ impl<'a> World<'a> {
         self.dialer.clone()
     }
 
+    /// The connections of a new host the world may crash.
+    fn host_sockets(&mut self, host: &str) -> HostSockets {
+        self.sockets.entry(host.to_string()).or_default().clone()
+    }
+
     fn add_member(&mut self, member: usize, tls: Option<Arc<proxy::tls::ServerTls>>) {
         let cluster = self.cluster.clone();
+        let sockets = self.host_sockets(&member_host(member));
         self.sim.host(member_host(member), move || {
             let cluster = cluster.clone();
             let tls = tls.clone();
+            let sockets = sockets.clone();
             async move {
-                let listener = TurmoilNet.bind(topology::listen_addr(MEMBER_PORT)).await?;
-                let options = model::ServeOptions {
-                    keepalive: Some(MEMBER_KEEPALIVE),
-                    tls,
+                let net = TurmoilNet::tracking(sockets.clone());
+                let serve = async move {
+                    let listener = net.bind(topology::listen_addr(MEMBER_PORT)).await?;
+                    let options = model::ServeOptions {
+                        keepalive: Some(MEMBER_KEEPALIVE),
+                        tls,
+                    };
+                    model::serve_with(cluster, member, listener, std::future::pending(), options)
+                        .await?;
+                    turmoil::Result::Ok(())
                 };
-                model::serve_with(cluster, member, listener, std::future::pending(), options)
-                    .await?;
+                tokio::select! {
+                    biased;
+                    served = serve => served?,
+                    () = sockets.close_when_asked() => {}
+                }
                 Ok(())
             }
         });
@@ -213,23 +237,33 @@ impl<'a> World<'a> {
     fn add_proxy(&mut self, host: &str, config: proxy::Config) {
         let stop = self.stop_proxy.subscribe();
         let exits = self.proxy_exits.clone();
+        let sockets = self.host_sockets(host);
         self.sim.host(host, move || {
             let config = config.clone();
             let mut stop = stop.clone();
             let exits = exits.clone();
+            let sockets = sockets.clone();
             async move {
                 let shutdown = async move {
                     let _ = stop.wait_for(|stopped| *stopped).await;
                 };
-                let result = proxy::run(config, Arc::new(TurmoilNet), shutdown).await;
-                let tasks_left = wait_for_tasks_to_end().await;
-                exits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(ProxyExit {
-                        result: result.map_err(|e| e.to_string()),
-                        tasks_left,
-                    });
+                let net = Arc::new(TurmoilNet::tracking(sockets.clone()));
+                let run = async move {
+                    let result = proxy::run(config, net, shutdown).await;
+                    let tasks_left = wait_for_tasks_to_end().await;
+                    exits
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(ProxyExit {
+                            result: result.map_err(|e| e.to_string()),
+                            tasks_left,
+                        });
+                };
+                tokio::select! {
+                    biased;
+                    () = run => {}
+                    () = sockets.close_when_asked() => {}
+                }
                 Ok(())
             }
         });
@@ -259,13 +293,39 @@ impl<'a> World<'a> {
         }
     }
 
+    /// The connections to close before `fault` crashes or restarts a host that is running.
+    fn sockets_to_close(&mut self, fault: &Fault) -> Option<HostSockets> {
+        let host = match fault {
+            Fault::Crash(m) | Fault::Restart(m) => member_host(*m),
+            Fault::RestartProxy => PROXY_HOST.to_string(),
+            _ => return None,
+        };
+        let sockets = self.sockets.get(&host)?.clone();
+        self.sim.is_host_running(host.as_str()).then_some(sockets)
+    }
+
     fn drive(&mut self) -> Result<(), String> {
         // Dependencies that read std's clock (h2) read simulated time too: see `sim_clock`.
         let clock = sim_clock::Simulated::start();
         loop {
             let now = self.sim.elapsed();
             clock.at(now);
-            for scheduled in self.plan.take_due(now) {
+            let mut due = std::mem::take(&mut self.crashing);
+            due.extend(self.plan.take_due(now).into_iter().map(|s| (s, false)));
+            let mut waiting = false;
+            for (scheduled, prepared) in due {
+                // A crash of a running host waits one step, while the host closes its connections in order (see
+                // `net`); the faults after it wait with it, so that they keep their order.
+                if waiting {
+                    self.crashing.push((scheduled, prepared));
+                    continue;
+                }
+                if !prepared && let Some(sockets) = self.sockets_to_close(&scheduled.fault) {
+                    sockets.request_close();
+                    self.crashing.push((scheduled, true));
+                    waiting = true;
+                    continue;
+                }
                 // A crash or hang also moves the model's leader (a new term) if it led.
                 let line = fault::apply(&mut self.sim, &self.cluster, &scheduled.fault);
                 // Also a log event, so that `RUST_LOG=proxy=debug,sim=info` interleaves faults with the proxy's logs.

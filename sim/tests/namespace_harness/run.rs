@@ -47,7 +47,9 @@ pub fn serve_model(world: &mut World<'_>, host: &str, cluster: Cluster) {
     world.sim.host(host, move || {
         let cluster = cluster.clone();
         async move {
-            let listener = TurmoilNet.bind(topology::listen_addr(MEMBER_PORT)).await?;
+            let listener = TurmoilNet::default()
+                .bind(topology::listen_addr(MEMBER_PORT))
+                .await?;
             model::serve(cluster, 0, listener, std::future::pending()).await?;
             Ok(())
         }
