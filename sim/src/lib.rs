@@ -6,7 +6,8 @@
 //! seed → the world runs → [`check`] compares the clients' logs with [`model::History`] → a
 //! [`scenario::Report`] (seed, [`trace`] digest, violations, worst revision lag).
 //!
-//! - [`net`]: [`net::TurmoilNet`], the proxy's `Net` seam over turmoil.
+//! - [`net`]: [`net::TurmoilNet`], the proxy's `Net` seam over turmoil; [`net::HostSockets`], a host's connections,
+//!   closed in one order before the world crashes it.
 //! - [`model`]: the model etcd (one MVCC store shared by several members, leases on virtual time, watch, a leader,
 //!   members that crash or hang) served as etcd's real tonic services on any listener ([`model::serve`]); also used
 //!   over real TCP by the conformance suite.

@@ -3,7 +3,9 @@
 //! code the simulation runs polls in a fixed order (`biased;`). A `select!` without it once made `lease` seed 2
 //! end in one of two histories (a client connection ended at the instant shutdown began: gracefully or not).
 //! Dependencies that read std's clock (h2 forgets a stream it reset after 1 s of it) read simulated time too
-//! (`sim_clock`), so a loaded machine does not change a run.
+//! (`sim_clock`), so a loaded machine does not change a run; a crash closes the host's connections in one order
+//! (`net::HostSockets`), so earlier runs in the process do not either (`one_seed_gives_one_trace_digest` runs each
+//! scenario's seed twice in one process).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
