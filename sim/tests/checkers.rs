@@ -202,6 +202,14 @@ fn watch_checker_accepts_only_the_models_compaction_cancels() {
     assert!(err.contains("compaction kept"), "{err}");
     let err = cancelled_at(1, 5).unwrap_err();
     assert!(err.contains("never made"), "{err}");
+    // A reason the model never gives a created watcher.
+    let mut log = watcher(all_events(&history)[..1].to_vec());
+    log.end = WatchEnd::Cancelled {
+        reason: "etcdserver: no leader".into(),
+        compact_revision: 0,
+    };
+    let err = check_watcher(&history, &log).unwrap_err();
+    assert!(err.contains("never gives"), "{err}");
 }
 
 #[test]
