@@ -23,9 +23,10 @@ fn main() {
         let took = started.elapsed();
         if report.passed() {
             println!(
-                "seed {seed}: ok digest {:016x} lag {:?} watchers {} calls {} revisions {} virtual {:?} wall {took:?}",
+                "seed {seed}: ok digest {:016x} lag {:?} delivery {:?} watchers {} calls {} revisions {} virtual {:?} wall {took:?}",
                 report.digest,
                 report.worst_lag,
+                report.worst_delivery.map(|d| (d.late_by, d.revision)),
                 report.watchers,
                 report.calls,
                 report.revisions,

@@ -73,6 +73,8 @@ pub struct World<'a> {
     /// Faults due but held for a step behind a crash whose host was asked to close its connections (`true`: this
     /// one's host was asked).
     crashing: Vec<(Scheduled, bool)>,
+    /// When the last fault was applied (zero: none yet).
+    last_fault_at: Duration,
 }
 
 /// What a finished run leaves for the checkers.
@@ -82,6 +84,9 @@ pub struct Finished {
     /// One per proxy host, in the order they stopped (a restarted proxy reports only its last run).
     pub proxy_exits: Vec<ProxyExit>,
     pub elapsed: Duration,
+    /// When the last fault of the plan was applied (zero if the plan had none): every plan ends healed, so from
+    /// then on nothing impairs the world.
+    pub healed_at: Duration,
     /// Why the simulation itself failed (a client error, a panic, the time limit), if it did.
     pub sim_error: Option<String>,
 }
@@ -184,6 +189,7 @@ impl<'a> World<'a> {
             dialer,
             sockets: BTreeMap::new(),
             crashing: Vec::new(),
+            last_fault_at: Duration::ZERO,
         };
         for member in 0..world.settings.members {
             world.add_member(member, acceptors.get(member).cloned());
@@ -289,6 +295,7 @@ impl<'a> World<'a> {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             elapsed: self.sim.elapsed(),
+            healed_at: self.last_fault_at,
             sim_error,
         }
     }
@@ -328,6 +335,7 @@ impl<'a> World<'a> {
                 }
                 // A crash or hang also moves the model's leader (a new term) if it led.
                 let line = fault::apply(&mut self.sim, &self.cluster, &scheduled.fault);
+                self.last_fault_at = now;
                 // Also a log event, so that `RUST_LOG=proxy=debug,sim=info` interleaves faults with the proxy's logs.
                 tracing::info!(at = format!("{:.3}s", now.as_secs_f64()), "{line}");
                 self.trace.record_at(now, line);

@@ -1,5 +1,6 @@
 //! Each checker is fed a correct history (it must pass) and deliberately broken ones (it must fail): a dropped
-//! event, a duplicate, a reordering, a broken progress promise, an early expiry, a late expiry, two upstream streams,
+//! event, a duplicate, a reordering, a broken progress promise, an event delivered late after the faults healed, an
+//! early expiry, a late expiry (and what the expiry slack hides), two upstream streams,
 //! two upstream watchers on one range, a leftover upstream watcher, a failed read, a write with the wrong code, a
 //! lost acknowledged write, a hung call, a proxy that left tasks running, a namespaced proxy reaching outside its
 //! prefix, a stale or wrongly cut Range answer, a client's revisions going backwards, a linearizable answer missing
@@ -23,7 +24,9 @@ use sim::check::census::{CensusLog, check_census};
 use sim::check::hygiene::check_hygiene;
 use sim::check::lease::{LeaseClientLog, check_leases, expected_upstream_keepalive_streams};
 use sim::check::namespace::check_confinement;
-use sim::check::watch::{WatchEnd, WatchStart, WatcherLog, check_lag, check_watcher};
+use sim::check::watch::{
+    Lateness, WatchEnd, WatchStart, WatcherLog, check_delivery, check_lag, check_watcher,
+};
 use sim::model::{
     AccessKind, History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord, StreamWatchers,
     WatchCensus,
@@ -92,6 +95,7 @@ fn watcher(received: Vec<Event>) -> WatcherLog {
         no_put: false,
         no_delete: false,
         start: Some(WatchStart::Revision(2)),
+        received_at: vec![Duration::ZERO; received.len()],
         received,
         progress: Vec::new(),
         problems: Vec::new(),
@@ -220,6 +224,45 @@ fn watch_checker_fails_a_watcher_that_was_never_created() {
     log.end = WatchEnd::Unconfirmed;
     let err = check_watcher(&history, &log).unwrap_err();
     assert!(err.contains("never created"), "{err}");
+}
+
+#[test]
+fn delivery_checker_bounds_each_event_after_the_later_of_its_commit_and_the_last_heal() {
+    let mut history = kv_history();
+    // Revisions 2..=6 committed at 1, 2, 3, 4 and 5 s; the last fault healed at 3 s.
+    for record in &mut history.revisions {
+        record.at = secs(record.revision as f64 - 1.0);
+    }
+    let (healed, bound) = (secs(3.0), secs(0.5));
+    let mut on_time = watcher(all_events(&history));
+    // Revisions 2 and 3 were committed during the faults and may wait for the heal; 4, 5 and 6 may not.
+    on_time.received_at = vec![secs(3.4), secs(3.5), secs(3.2), secs(4.3), secs(5.1)];
+    let (worst, violations) = check_delivery(&history, &[on_time.clone()], healed, bound);
+    assert!(violations.is_empty(), "{violations:?}");
+    assert_eq!(
+        worst,
+        Some(Lateness {
+            late_by: secs(0.5),
+            revision: 3
+        })
+    );
+    // Completeness alone passes both of these; the bound does not.
+    let mut held_past_the_heal = on_time.clone();
+    held_past_the_heal.received_at[0] = secs(3.6);
+    let (_, violations) = check_delivery(&history, &[held_past_the_heal], healed, bound);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(
+        violations[0].contains("revision 2") && violations[0].contains("0.600s late"),
+        "{violations:?}"
+    );
+    let mut slow_after_the_heal = on_time.clone();
+    slow_after_the_heal.received_at[4] = secs(5.6);
+    let (_, violations) = check_delivery(&history, &[slow_after_the_heal], healed, bound);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(violations[0].contains("revision 6"), "{violations:?}");
+    // A watcher that received nothing has nothing late (its completeness is the other checker's).
+    let (worst, violations) = check_delivery(&history, &[watcher(Vec::new())], healed, bound);
+    assert_eq!((worst, violations.len()), (None, 0));
 }
 
 #[test]
@@ -524,6 +567,29 @@ fn lease_checker_catches_a_late_expiry_and_a_lease_that_never_ends() {
     );
 }
 
+/// The expiry rule's slack (one keep-alive interval past the client's stop) and what it hides: a renewal the
+/// proxy sent by itself after the client stopped, if it came within the slack. etcd gives no tighter promise to a
+/// direct client: it renews a lease when a request arrives, not when it was sent, and its lessor looks for expired
+/// leases every 500 ms, so a lease may outlive TTL after its last renewal by up to half a second on etcd itself.
+#[test]
+fn lease_checker_slack_hides_one_renewal_within_an_interval_of_the_stop_and_no_later() {
+    // The client stopped at 2 s; its lease was renewed once more at the member, and expired TTL (3 s) after that.
+    let renewed_at = |after_stop: f64| {
+        let mut history = lease_history(
+            Some((secs(2.0 + after_stop + 3.0), LeaseEnd::Expired)),
+            &[(0.0, 2.0 + after_stop)],
+        );
+        let record = history.leases.get_mut(&7).expect("the lease is recorded");
+        record.keep_alives = vec![(secs(1.0), 0), (secs(2.0 + after_stop), 0)];
+        history
+    };
+    let client = [lease_client(Some(2.0))];
+    assert!(check_leases(&renewed_at(0.6), &client, 1, secs(9.0)).is_empty());
+    let caught = check_leases(&renewed_at(0.8), &client, 1, secs(9.0));
+    assert_eq!(caught.len(), 1, "{caught:?}");
+    assert!(caught[0].contains("2.800s@m0"), "{caught:?}");
+}
+
 #[test]
 fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
     let two = lease_history(None, &[(0.0, 4.0), (1.0, 5.0)]);
@@ -569,6 +635,7 @@ fn finished(exits: Vec<ProxyExit>, sim_error: Option<String>) -> Finished {
         trace: Default::default(),
         proxy_exits: exits,
         elapsed: Duration::ZERO,
+        healed_at: Duration::ZERO,
         sim_error,
     }
 }

@@ -27,12 +27,17 @@ fn sweep(scenario: Scenario) {
         .collect();
     let failures: Vec<&Report> = reports.iter().filter(|r| !r.passed()).collect();
     let worst_lag = reports.iter().filter_map(|r| r.worst_lag).max();
+    let worst_delivery = reports
+        .iter()
+        .filter_map(|r| r.worst_delivery)
+        .max()
+        .map(|d| d.late_by);
     let tolerated: usize = reports.iter().map(|r| r.tolerated.len()).sum();
     let revisions: i64 = reports.iter().map(|r| r.revisions).sum();
     let calls: usize = reports.iter().map(|r| r.calls).sum();
     let watchers: usize = reports.iter().map(|r| r.watchers).sum();
     println!(
-        "sim {}: {} seeds, {} failed, worst revision lag {worst_lag:?}, {watchers} watchers, {calls} checked calls, \
+        "sim {}: {} seeds, {} failed, worst revision lag {worst_lag:?}, latest delivery {worst_delivery:?} past commit or heal, {watchers} watchers, {calls} checked calls, \
          {revisions} revisions, {tolerated} tolerated known-defect failures, {:.1?} wall",
         scenario.name(),
         reports.len(),

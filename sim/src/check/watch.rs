@@ -6,6 +6,11 @@
 //! Created response reported; the lag is how far that report was behind the model when the watcher was created.
 //! A progress notification at revision R promises the watcher has every event through R: the events received
 //! before it must be exactly the expected ones through R.
+//!
+//! Delivery is timely too: a watcher gets each event within a bound of the later of its commit and the healing of
+//! the last fault ([`check_delivery`]); completeness alone would pass an event that came seconds late.
+
+use std::time::Duration;
 
 use proto::mvccpb::Event;
 use proto::mvccpb::event::EventType;
@@ -72,6 +77,8 @@ pub struct WatcherLog {
     pub no_delete: bool,
     pub start: Option<WatchStart>,
     pub received: Vec<Event>,
+    /// When each event of `received` reached the client (virtual time).
+    pub received_at: Vec<Duration>,
     /// Progress notifications: how many events had been received when one came, and its header revision.
     pub progress: Vec<(usize, i64)>,
     /// What the client saw wrong with the protocol (a Created answer with another watch ID than asked for, ...).
@@ -278,4 +285,69 @@ pub fn check_lag(logs: &[WatcherLog], bound: i64) -> (Option<i64>, Vec<String>) 
         }
     }
     (worst, violations)
+}
+
+/// How late one event reached a watcher: after its commit, or after the last fault healed if that was later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Lateness {
+    pub late_by: Duration,
+    pub revision: i64,
+}
+
+/// The latest delivery among the watchers, and an error for each watcher that got an event more than `bound`
+/// after the later of its commit and `healed_at` (when the last fault of the plan healed). While a fault lasts an
+/// event may wait (a member is down, a link cut); once everything is healed, nothing excuses a wait longer than
+/// the proxy needs to notice a dead connection and resume.
+pub fn check_delivery(
+    history: &History,
+    logs: &[WatcherLog],
+    healed_at: Duration,
+    bound: Duration,
+) -> (Option<Lateness>, Vec<String>) {
+    let mut worst: Option<Lateness> = None;
+    let mut violations = Vec::new();
+    for log in logs {
+        let mut late: Option<(Lateness, Duration, Duration)> = None;
+        for (event, &at) in log.received.iter().zip(&log.received_at) {
+            let revision = revision_of(event);
+            let Some(committed) = committed_at(history, revision) else {
+                // An event the model never committed is the completeness check's to report.
+                continue;
+            };
+            let lateness = Lateness {
+                late_by: at.saturating_sub(committed.max(healed_at)),
+                revision,
+            };
+            if late.is_none_or(|(l, _, _)| lateness.late_by > l.late_by) {
+                late = Some((lateness, committed, at));
+            }
+        }
+        let Some((lateness, committed, at)) = late else {
+            continue;
+        };
+        worst = worst.max(Some(lateness));
+        if lateness.late_by > bound {
+            violations.push(format!(
+                "{}: the event at revision {} (committed at {:.3}s, faults healed at {:.3}s) arrived at {:.3}s, \
+                 {:.3}s late (bound {:.3}s)",
+                log.name,
+                lateness.revision,
+                committed.as_secs_f64(),
+                healed_at.as_secs_f64(),
+                at.as_secs_f64(),
+                lateness.late_by.as_secs_f64(),
+                bound.as_secs_f64()
+            ));
+        }
+    }
+    (worst, violations)
+}
+
+/// When the model committed `revision`.
+fn committed_at(history: &History, revision: i64) -> Option<Duration> {
+    let index = history
+        .revisions
+        .binary_search_by_key(&revision, |r| r.revision)
+        .ok()?;
+    Some(history.revisions[index].at)
 }

@@ -29,7 +29,7 @@ use crate::check::calls::{ToleratedWriteFailure, check_calls};
 use crate::check::census::check_census;
 use crate::check::hygiene::check_hygiene;
 use crate::check::lease::{check_leases, expected_upstream_keepalive_streams};
-use crate::check::watch::{check_lag, check_watcher};
+use crate::check::watch::{Lateness, check_delivery, check_lag, check_watcher};
 use crate::fault::FaultProfile;
 use crate::topology::proxy_authority;
 use crate::trace::digest;
@@ -41,6 +41,16 @@ use watchers::{Fence, LiveWatchers, Start, StreamEnv, WatcherSpec, run_watcher};
 /// fresh watcher on etcd, which reports the current revision, so nothing lags; coalescing may join an existing
 /// upstream watcher, which the hub must bring up to date first.
 pub const REVISION_LAG_BOUND: i64 = 0;
+
+/// How long after the later of an event's commit and the last fault's healing a watcher may get the event. Once
+/// healed, the worst left is an active member behind a connection the faults broke for good (turmoil does not
+/// retransmit): the proxy replaces it within [`proxy::upstream::replacement_bound`] (1.75 s) under its defaults,
+/// and its upstream watcher resumes there; a client whose stream broke re-opens it after at most
+/// [`watchers::BACKOFF_MAX`]; the replay then takes a few round trips at the healed links' jitter (5 ms each; 50 ms
+/// allows ten). The runs' worst is printed by `try_seeds` (`delivery`): 0.69 s over seeds 0-99 of `watch`.
+pub fn delivery_bound() -> Duration {
+    proxy::upstream::replacement_bound() + watchers::BACKOFF_MAX + Duration::from_millis(50)
+}
 
 /// Write failures the failover check accepts beyond etcd's own codes. It once held the proxy's defect of reporting
 /// a write cut off by a broken connection as `Unknown: transport error` (etcd's clients get `Unavailable`); the
@@ -108,6 +118,8 @@ pub struct Report {
     pub digest: u64,
     pub violations: Vec<String>,
     pub worst_lag: Option<i64>,
+    /// The latest event delivery to a watcher, past the later of its commit and the last fault's healing.
+    pub worst_delivery: Option<Lateness>,
     /// Known proxy defects the checks accepted in this run (see [`TOLERATED_WRITE_FAILURES`]).
     pub tolerated: Vec<String>,
     pub watchers: usize,
@@ -203,6 +215,7 @@ pub fn run_with(scenario: Scenario, settings: Settings) -> Report {
                 digest: 0,
                 violations: vec![format!("panicked: {message}")],
                 worst_lag: None,
+                worst_delivery: None,
                 tolerated: Vec::new(),
                 watchers: 0,
                 calls: 0,
@@ -239,6 +252,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let mut violations = check_hygiene(&finished);
     let watcher_logs = logs.watchers();
     let mut worst_lag = None;
+    let mut worst_delivery = None;
     let mut tolerated = Vec::new();
     match scenario {
         Scenario::Watch | Scenario::WatchScale => {
@@ -250,6 +264,14 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             let (worst, lag_violations) = check_lag(&watcher_logs, REVISION_LAG_BOUND);
             worst_lag = worst;
             violations.extend(lag_violations);
+            let (latest, late) = check_delivery(
+                &history,
+                &watcher_logs,
+                finished.healed_at,
+                delivery_bound(),
+            );
+            worst_delivery = latest;
+            violations.extend(late);
             violations.extend(logs.stream_problems());
             if scenario == Scenario::WatchScale {
                 let censuses = logs.censuses();
@@ -300,6 +322,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         digest: digest(&lines, &history),
         violations,
         worst_lag,
+        worst_delivery,
         tolerated,
         watchers: watcher_logs.len(),
         calls: logs.calls().len() + cache_logs.map_or(0, |l| l.reads().len()),

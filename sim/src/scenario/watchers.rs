@@ -193,6 +193,7 @@ pub async fn run_watch_stream(name: String, plan: Vec<WatcherSpec>, env: StreamE
                 no_delete: spec.no_delete,
                 start: None,
                 received: Vec::new(),
+                received_at: Vec::new(),
                 progress: Vec::new(),
                 problems: Vec::new(),
                 end: WatchEnd::Unconfirmed,
@@ -496,6 +497,7 @@ impl Driver {
             let revision = event.kv.as_ref().map_or(0, |kv| kv.mod_revision);
             slot.next = Some(revision + 1);
             slot.log.received.push(event);
+            slot.log.received_at.push(now());
         }
         self.check_complete(index);
     }
@@ -585,7 +587,10 @@ async fn sleep_until_due(at: Option<Duration>) {
     }
 }
 
+/// The longest pause before re-opening a stream.
+pub const BACKOFF_MAX: Duration = Duration::from_millis(200);
+
 /// A short pause before re-opening, growing with the attempts (virtual time, so it costs nothing real).
 fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(20 * u64::from(attempt.min(10)))
+    (BACKOFF_MAX / 10) * attempt.min(10)
 }
