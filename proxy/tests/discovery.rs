@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions};
 use testkit::{EtcdCluster, ProxyProcess, wait_for};
 use tokio::time::Instant;
 
@@ -206,4 +206,156 @@ async fn a_lost_registration_lease_is_replaced() {
         .await
         .unwrap();
     assert_ne!(got.kvs()[0].lease(), lease, "under a new lease");
+}
+
+/// A client of `endpoint` logged in as `user` with `password`.
+async fn client_as(endpoint: &str, user: &str, password: &str) -> Client {
+    let options = ConnectOptions::new().with_user(user, password);
+    Client::connect([endpoint], Some(options))
+        .await
+        .expect("connect with a user")
+}
+
+/// Under etcd auth the proxy registers as its own user (`--user`). A proxy whose user may not write under the
+/// prefix logs etcd's refusal and tries again, serves its clients meanwhile, and leaves no lease behind for a
+/// refused attempt (each attempt grants a lease before the write is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auth_a_proxy_registers_as_its_user_and_a_refused_one_retries_and_keeps_serving() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let etcd = cluster.endpoint(0);
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "fleet:fleetpw"],
+        &["role", "add", "fleet-writer"],
+        &[
+            "role",
+            "grant-permission",
+            "--prefix=true",
+            "fleet-writer",
+            "readwrite",
+            "fleet/",
+        ],
+        &["user", "grant-role", "fleet", "fleet-writer"],
+        &["user", "add", "nobody:nobodypw"],
+        &["auth", "enable"],
+    ] {
+        cluster.etcdctl(0).ok(args).await;
+    }
+    let prefix = "fleet";
+    let start = |user: &'static str| {
+        let endpoints = cluster.endpoints();
+        async move {
+            // A long TTL, so that a lease a refused attempt left behind would still be there to see.
+            let flags = [
+                format!("--user={user}"),
+                format!("--resolver-prefix={prefix}"),
+                "--resolver-ttl=60".to_string(),
+            ];
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            support::proxy::start(&endpoints, &flags).await
+        }
+    };
+    let allowed = start("fleet:fleetpw").await;
+    let refused = start("nobody:nobodypw").await;
+
+    let mut root = client_as(&etcd, "root", "rootpw").await;
+    let registered = |kvs: &[etcd_client::KeyValue]| -> Vec<(String, i64)> {
+        kvs.iter()
+            .map(|kv| (kv.key_str().unwrap().to_owned(), kv.lease()))
+            .collect()
+    };
+    let mut lease = 0;
+    wait_for("the allowed proxy's registration", REGISTER_WITHIN, || {
+        let mut root = root.clone();
+        let want = format!("{prefix}/{}", allowed.addr());
+        async move {
+            let got = root
+                .get(format!("{prefix}/"), Some(GetOptions::new().with_prefix()))
+                .await
+                .map_err(|e| e.to_string())?;
+            match registered(got.kvs()).as_slice() {
+                [(key, _)] if *key == want => Ok(()),
+                other => Err(format!("registered: {other:?}")),
+            }
+        }
+    })
+    .await;
+    let got = root
+        .get(format!("{prefix}/"), Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    if let [(_, registration)] = registered(got.kvs()).as_slice() {
+        lease = *registration;
+    }
+    assert_ne!(lease, 0, "the registration lives under a lease");
+
+    // The refused proxy says why, and tries again (once a second).
+    let refused = &refused;
+    let refusals = || {
+        refused
+            .log_tail(2000)
+            .lines()
+            .filter(|line| line.contains("cannot register in etcd; trying again"))
+            .filter(|line| line.contains("permission denied"))
+            .count()
+    };
+    wait_for("three logged refusals", REGISTER_WITHIN, || {
+        let seen = refusals();
+        let tail = refused.log_tail(5);
+        async move {
+            if seen >= 3 {
+                Ok(())
+            } else {
+                Err(format!("{seen} refusals logged: {tail}"))
+            }
+        }
+    })
+    .await;
+
+    // It serves its clients meanwhile.
+    let mut through_refused = client_as(&refused.addr(), "root", "rootpw").await;
+    through_refused
+        .put("k", "v", None)
+        .await
+        .expect("a put through the refused proxy");
+    let read = through_refused
+        .get("k", None)
+        .await
+        .expect("a read through it");
+    assert_eq!(read.kvs()[0].value(), b"v");
+
+    // No refused attempt's lease outlives it: a lease other than the registration's seen twice, a refusal apart,
+    // was left behind.
+    let leases = |mut root: Client| async move {
+        let listed = root.leases().await.expect("lease list");
+        listed
+            .leases()
+            .iter()
+            .map(|l| l.id())
+            .filter(|&id| id != lease)
+            .collect::<Vec<i64>>()
+    };
+    let before = leases(root.clone()).await;
+    let refusals_before = refusals();
+    wait_for("another refusal", REGISTER_WITHIN, || {
+        let seen = refusals();
+        async move {
+            if seen > refusals_before {
+                Ok(())
+            } else {
+                Err("no new refusal".to_string())
+            }
+        }
+    })
+    .await;
+    let after = leases(root.clone()).await;
+    let left: Vec<&i64> = before.iter().filter(|id| after.contains(id)).collect();
+    assert!(
+        left.is_empty(),
+        "refused attempts left leases behind: {left:?} (before {before:?}, after {after:?})"
+    );
+    root.delete("k", None).await.expect("clean up");
 }

@@ -78,7 +78,14 @@ impl Registrar {
             };
             tracing::info!(key = %String::from_utf8_lossy(&self.key), lease, "registered in etcd");
             if self.keep_alive(lease, &mut stopped).await == Ended::Stopped {
-                self.revoke(lease).await;
+                match self.revoke(lease).await {
+                    Ok(()) => tracing::info!(lease, "deregistered from etcd"),
+                    Err(why) => tracing::warn!(
+                        lease,
+                        why,
+                        "cannot deregister; the key goes when its lease expires"
+                    ),
+                }
                 return;
             }
             tracing::warn!(lease, "the registration's lease is gone; registering again");
@@ -101,8 +108,21 @@ impl Registrar {
             lease: granted.id,
             ..Default::default()
         };
-        let _: PutResponse = self.call(path::PUT, put).await?;
-        Ok(granted.id)
+        match self.call::<_, PutResponse>(path::PUT, put).await {
+            Ok(_) => Ok(granted.id),
+            Err(refused) => {
+                // The lease would otherwise live out its TTL, one more for every attempt (under auth, a user that
+                // may not write the prefix is refused each time).
+                if let Err(why) = self.revoke(granted.id).await {
+                    tracing::debug!(
+                        lease = granted.id,
+                        why,
+                        "cannot revoke a refused registration's lease"
+                    );
+                }
+                Err(refused)
+            }
+        }
     }
 
     /// Renews `lease` every third of its TTL until it is gone or the proxy stops.
@@ -124,19 +144,15 @@ impl Registrar {
         }
     }
 
-    async fn revoke(&self, lease: i64) {
+    /// Revokes `lease`, waiting at most [`REVOKE_WAIT`] for etcd; `Err` says why it may not be gone.
+    async fn revoke(&self, lease: i64) -> Result<(), String> {
         let revoke = LeaseRevokeRequest { id: lease };
         let revoked: Result<Result<LeaseRevokeResponse, Status>, _> =
             tokio::time::timeout(REVOKE_WAIT, self.call(path::LEASE_REVOKE, revoke)).await;
         match revoked {
-            Ok(Ok(_)) => tracing::info!(lease, "deregistered from etcd"),
-            Ok(Err(status)) => {
-                tracing::warn!(%status, lease, "cannot deregister; the key goes when its lease expires")
-            }
-            Err(_) => tracing::warn!(
-                lease,
-                "deregistration not answered in time; the key goes when its lease expires"
-            ),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(status.to_string()),
+            Err(_) => Err(format!("not answered within {REVOKE_WAIT:?}")),
         }
     }
 
