@@ -291,13 +291,19 @@ pub struct StreamGuard {
 }
 
 impl StreamGuard {
-    /// Records that a request arrived on the stream.
+    /// Records that a request arrived on the stream. One the member reads as it resumes from a hang was sent
+    /// before, while it was stopped: it is dated at the hang's start (or the stream's opening, if later), so that a
+    /// stream the proxy left during the hang does not look in use at the resume, beside the one it moved to.
     pub fn touch(&self) {
         let now = self.cluster.now();
+        let at = self.cluster.shared.pauses[self.member]
+            .borrow()
+            .arrived_by(now);
         let mut store = lock(&self.cluster.shared.store);
         let record = &mut store.history.streams[self.index];
-        record.first_request_at.get_or_insert(now);
-        record.last_request_at = Some(now);
+        let at = at.max(record.opened_at);
+        record.first_request_at.get_or_insert(at);
+        record.last_request_at = Some(record.last_request_at.map_or(at, |last| last.max(at)));
     }
 
     /// Counts a watcher the member created on this stream in the census.

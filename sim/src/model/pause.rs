@@ -14,6 +14,8 @@ pub struct Pause {
     pub since: Option<Duration>,
     /// How long it was hung before, in all.
     pub total: Duration,
+    /// The last hang that ended: `(since, resumed)`.
+    pub last_hang: Option<(Duration, Duration)>,
 }
 
 impl Pause {
@@ -37,6 +39,17 @@ impl Pause {
     pub(super) fn resume(&mut self, now: Duration) {
         if let Some(since) = self.since.take() {
             self.total += now.saturating_sub(since);
+            self.last_hang = Some((since, now));
+        }
+    }
+
+    /// When a message the process reads at `now` may have arrived: a message read at the instant the process
+    /// resumed waited in its socket while it was stopped, sent before; it is dated at the hang's start, the
+    /// earliest it can have arrived unread (a message that came sooner would have been read before the stop).
+    pub fn arrived_by(&self, now: Duration) -> Duration {
+        match self.last_hang {
+            Some((since, resumed)) if resumed == now && self.since.is_none() => since,
+            _ => now,
         }
     }
 }
@@ -109,6 +122,17 @@ mod tests {
         assert_eq!(pause.running_time(s(8)), s(5));
         pause.hang(s(9));
         assert_eq!(pause.running_time(s(10)), s(6));
+    }
+
+    #[test]
+    fn a_message_read_as_the_process_resumes_is_dated_at_the_hangs_start() {
+        let mut pause = Pause::default();
+        let s = Duration::from_secs;
+        assert_eq!(pause.arrived_by(s(1)), s(1));
+        pause.hang(s(2));
+        pause.resume(s(5));
+        assert_eq!(pause.arrived_by(s(5)), s(2));
+        assert_eq!(pause.arrived_by(s(6)), s(6));
     }
 
     #[test]
