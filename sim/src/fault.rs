@@ -37,6 +37,11 @@ pub enum Fault {
     },
     /// Heals any cut of the proxy↔member link.
     Repair(usize),
+    /// Cuts a member off from the other members (the proxy still reaches it): it knows no leader, so its raft
+    /// requests wait, it applies nothing new and its watchers get nothing; if it led, the others elect another.
+    Isolate(usize),
+    /// The isolated member hears the others again and catches up.
+    Rejoin(usize),
     /// Holds the proxy↔member link's messages; released later, so they arrive after other links' messages.
     Hold(usize),
     Release(usize),
@@ -69,6 +74,8 @@ pub struct FaultProfile {
     /// Members hang (and resume).
     pub hangs: bool,
     pub partitions: bool,
+    /// Members cut off from the other members ([`Fault::Isolate`]).
+    pub isolations: bool,
     pub holds: bool,
     pub latency: bool,
     pub proxy_restarts: bool,
@@ -88,6 +95,7 @@ impl FaultProfile {
             crashes: false,
             hangs: false,
             partitions: false,
+            isolations: false,
             holds: false,
             latency: false,
             proxy_restarts: false,
@@ -223,6 +231,10 @@ impl FaultPlan {
         }
         // A stable sort keeps an impairment's start before its end when both fall on the same instant.
         faults.sort_by_key(|s| s.at);
+        if profile.isolations {
+            add_isolations(seed, profile, &mut faults);
+            faults.sort_by_key(|s| s.at);
+        }
         Self { faults }
     }
 
@@ -231,6 +243,86 @@ impl FaultPlan {
         let due = self.faults.partition_point(|s| s.at <= now);
         self.faults.drain(..due).collect()
     }
+}
+
+/// Isolations are rarer than the other faults: one is drawn about every this many mean gaps.
+const ISOLATION_GAPS: u64 = 3;
+
+/// Adds isolations ([`Fault::Isolate`]) to a plan, drawn from a random stream of their own, without changing the
+/// plan's other faults: a seed's schedule stays what it was before isolations existed, plus isolations, so seeds
+/// kept as regressions keep their schedules. One member is isolated at a time, and only while another member stays
+/// unimpaired throughout (the promise the other faults keep).
+fn add_isolations(seed: u64, profile: &FaultProfile, faults: &mut Vec<Scheduled>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x6973_6f6c_6174);
+    let gap_ms = profile.mean_gap.as_millis().max(2) as u64 * ISOLATION_GAPS;
+    let mut now = profile.start;
+    let mut added = Vec::new();
+    loop {
+        now += Duration::from_millis(rng.random_range(gap_ms / 2..=gap_ms * 3 / 2));
+        if now >= profile.quiet_from {
+            break;
+        }
+        let outage_ms = rng.random_range(200..=profile.max_outage.as_millis().max(201) as u64);
+        let until = (now + Duration::from_millis(outage_ms)).min(profile.quiet_from);
+        let member = rng.random_range(0..profile.members);
+        if another_stays_unimpaired(faults, profile.members, member, now, until) {
+            added.push(at(now, Fault::Isolate(member)));
+            added.push(at(until, Fault::Rejoin(member)));
+            now = until;
+        }
+    }
+    faults.extend(added);
+}
+
+/// Whether, at every instant of `[from, until)`, some member other than `member` is unimpaired by `faults`
+/// (sorted by time). Impairments change only when a fault is due, so the instants to look at are `from` and the
+/// faults due within.
+fn another_stays_unimpaired(
+    faults: &[Scheduled],
+    members: usize,
+    member: usize,
+    from: Duration,
+    until: Duration,
+) -> bool {
+    let instants = std::iter::once(from).chain(
+        faults
+            .iter()
+            .map(|s| s.at)
+            .filter(|&t| t > from && t < until),
+    );
+    instants
+        .into_iter()
+        .all(|t| (0..members).any(|m| m != member && !impaired_at(faults, m, t)))
+}
+
+/// Whether member `member` is impaired once the faults due by `t` are applied.
+fn impaired_at(faults: &[Scheduled], member: usize, t: Duration) -> bool {
+    let mut impaired = false;
+    for scheduled in faults.iter().take_while(|s| s.at <= t) {
+        match scheduled.fault {
+            Fault::Crash(m)
+            | Fault::Hang(m)
+            | Fault::Partition(m)
+            | Fault::Hold(m)
+            | Fault::Isolate(m)
+                if m == member =>
+            {
+                impaired = true
+            }
+            Fault::PartitionOneWay { member: m, .. } if m == member => impaired = true,
+            Fault::Restart(m)
+            | Fault::Resume(m)
+            | Fault::Repair(m)
+            | Fault::Release(m)
+            | Fault::Rejoin(m)
+                if m == member =>
+            {
+                impaired = false
+            }
+            _ => {}
+        }
+    }
+    impaired
 }
 
 /// The smallest latency of any message.
@@ -269,6 +361,10 @@ pub fn apply(sim: &mut turmoil::Sim<'_>, cluster: &Cluster, fault: &Fault) -> St
             }
         }
         Fault::Repair(m) => sim.repair(PROXY_HOST, member_host(*m)),
+        // Members do not talk to each other over the simulated network (they share the model's store): the model
+        // is told instead.
+        Fault::Isolate(m) => cluster.isolate(*m),
+        Fault::Rejoin(m) => cluster.rejoin(*m),
         Fault::Hold(m) => sim.hold(PROXY_HOST, member_host(*m)),
         Fault::Release(m) => sim.release(PROXY_HOST, member_host(*m)),
         Fault::Latency { member, latency } => {
@@ -298,6 +394,7 @@ mod tests {
             crashes: true,
             hangs: true,
             partitions: true,
+            isolations: true,
             holds: true,
             latency: true,
             proxy_restarts: false,
@@ -326,13 +423,17 @@ mod tests {
             for scheduled in &plan.faults {
                 assert!(scheduled.at <= profile().quiet_from, "seed {seed}");
                 match scheduled.fault {
-                    Fault::Crash(m) | Fault::Hang(m) | Fault::Partition(m) | Fault::Hold(m) => {
-                        impaired[m] = true
-                    }
+                    Fault::Crash(m)
+                    | Fault::Hang(m)
+                    | Fault::Partition(m)
+                    | Fault::Hold(m)
+                    | Fault::Isolate(m) => impaired[m] = true,
                     Fault::PartitionOneWay { member, .. } => impaired[member] = true,
-                    Fault::Restart(m) | Fault::Resume(m) | Fault::Repair(m) | Fault::Release(m) => {
-                        impaired[m] = false
-                    }
+                    Fault::Restart(m)
+                    | Fault::Resume(m)
+                    | Fault::Repair(m)
+                    | Fault::Release(m)
+                    | Fault::Rejoin(m) => impaired[m] = false,
                     _ => {}
                 }
                 assert!(
@@ -343,6 +444,31 @@ mod tests {
             }
             assert!(impaired.iter().all(|i| !i), "seed {seed}: not healed");
         }
+    }
+
+    #[test]
+    fn isolations_leave_the_other_faults_of_a_plan_as_they_were() {
+        let without = FaultProfile {
+            isolations: false,
+            ..profile()
+        };
+        let mut isolated = 0;
+        for seed in 0..50 {
+            let plan = FaultPlan::generate(seed, &profile());
+            let others: Vec<Scheduled> = plan
+                .faults
+                .iter()
+                .filter(|s| !matches!(s.fault, Fault::Isolate(_) | Fault::Rejoin(_)))
+                .cloned()
+                .collect();
+            assert_eq!(
+                others,
+                FaultPlan::generate(seed, &without).faults,
+                "seed {seed}"
+            );
+            isolated += plan.faults.len() - others.len();
+        }
+        assert!(isolated > 0, "no isolation in 50 plans");
     }
 
     #[test]
@@ -361,6 +487,7 @@ mod tests {
                         to_member: false, ..
                     } => "cut towards the proxy",
                     Fault::Hold(_) => "hold",
+                    Fault::Isolate(_) => "isolation",
                     Fault::Latency { .. } => "latency",
                     Fault::Jitter(_) => "jitter",
                     _ => "an end",
@@ -374,6 +501,7 @@ mod tests {
             "cut towards the member",
             "cut towards the proxy",
             "hold",
+            "isolation",
             "latency",
             "jitter",
         ] {

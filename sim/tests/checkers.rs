@@ -28,8 +28,8 @@ use sim::check::watch::{
     Lateness, WatchEnd, WatchStart, WatcherLog, check_delivery, check_lag, check_watcher,
 };
 use sim::model::{
-    AccessKind, History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord, StreamWatchers,
-    WatchCensus,
+    AccessKind, Hang, History, LeaseEnd, LeaseRecord, Store, StreamKind, StreamRecord,
+    StreamWatchers, WatchCensus,
 };
 use sim::world::{Finished, ProxyExit};
 use tonic::Code;
@@ -405,12 +405,12 @@ fn census_checker_catches_duplicates_leftovers_missing_ranges_and_a_second_strea
 fn lag_is_the_model_revision_minus_the_reported_one_and_is_bounded() {
     let mut behind = watcher(Vec::new());
     behind.start = Some(WatchStart::Current {
-        model_revision: 10,
+        applied: 10,
         reported: 7,
     });
     let mut ahead = watcher(Vec::new());
     ahead.start = Some(WatchStart::Current {
-        model_revision: 10,
+        applied: 10,
         reported: 11,
     });
     let (worst, violations) = check_lag(&[behind.clone(), ahead.clone()], 0);
@@ -588,6 +588,33 @@ fn lease_checker_slack_hides_one_renewal_within_an_interval_of_the_stop_and_no_l
     let caught = check_leases(&renewed_at(0.8), &client, 1, secs(9.0));
     assert_eq!(caught.len(), 1, "{caught:?}");
     assert!(caught[0].contains("2.800s@m0"), "{caught:?}");
+}
+
+/// A renewal a hung member reads as it resumes arrived while it was stopped: if that was by the stop (and the
+/// slack), it renews the lease then, as etcd would after SIGCONT; if the hang began only after, the renewal was sent
+/// after the client stopped. What this hides: a renewal the proxy sent by itself during a hang that began by then.
+#[test]
+fn lease_checker_accepts_a_renewal_sent_before_the_stop_and_read_when_a_hung_member_resumed() {
+    let client = [lease_client(Some(2.0))];
+    let resumed_renewal = |hung_since: f64| {
+        // Renewed at 3.3 s by member 1 as it resumed; expired TTL (3 s) after that.
+        let mut history = lease_history(Some((secs(6.3), LeaseEnd::Expired)), &[(0.0, 2.0)]);
+        let record = history.leases.get_mut(&7).expect("the lease is recorded");
+        record.keep_alives = vec![(secs(1.5), 0), (secs(3.3), 1)];
+        history.hangs.push(Hang {
+            member: 1,
+            since: secs(hung_since),
+            resumed: secs(3.3),
+        });
+        history
+    };
+    assert!(check_leases(&resumed_renewal(1.8), &client, 1, secs(9.0)).is_empty());
+    let sent_after = check_leases(&resumed_renewal(2.9), &client, 1, secs(9.0));
+    assert_eq!(sent_after.len(), 1, "{sent_after:?}");
+    // The same renewal read by a member that was not hung came after the stop and the slack: caught.
+    let mut not_hung = resumed_renewal(1.8);
+    not_hung.hangs.clear();
+    assert_eq!(check_leases(&not_hung, &client, 1, secs(9.0)).len(), 1);
 }
 
 #[test]

@@ -223,3 +223,122 @@ async fn the_model_records_every_key_range_an_accepted_request_names() {
     stop_tx.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// A member cut off from the other members (`Cluster::isolate`) behaves as etcd's would: Status names no leader,
+/// a caller that requires one is refused at once, a write waits for one (past the caller's deadline here), and
+/// serializable reads and new watchers see the revision it had applied when cut off; once it rejoins, the write
+/// goes through and the watcher gets what it missed.
+#[tokio::test]
+async fn a_member_cut_off_from_the_others_knows_no_leader_and_serves_what_it_had_applied() {
+    use proto::etcdserverpb::StatusRequest;
+    use proto::etcdserverpb::maintenance_client::MaintenanceClient;
+
+    let cluster = Cluster::new(3, 7);
+    let listener = TokioNet.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(model::serve(cluster.clone(), 2, listener, async {
+        let _ = stop_rx.await;
+    }));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(proxy::net::Connector::new(Arc::new(TokioNet)))
+        .await
+        .unwrap();
+    let mut kv = KvClient::new(channel.clone());
+    let mut maintenance = MaintenanceClient::new(channel.clone());
+    let put = |value: &str| PutRequest {
+        key: b"a".to_vec(),
+        value: value.into(),
+        ..Default::default()
+    };
+    kv.put(put("1")).await.unwrap();
+    assert_ne!(
+        maintenance
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .leader,
+        0
+    );
+
+    cluster.isolate(2);
+    // Another member, which still has a leader, writes revision 3.
+    cluster.with_store(|store, now| store.put(&put("2"), now).unwrap());
+    assert_eq!(
+        maintenance
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .leader,
+        0
+    );
+
+    let mut requires_leader = tonic::Request::new(put("3"));
+    requires_leader
+        .metadata_mut()
+        .insert("hasleader", "true".parse().unwrap());
+    let refused = kv.put(requires_leader).await.unwrap_err();
+    assert_eq!(
+        (refused.code(), refused.message()),
+        (Code::Unavailable, "etcdserver: no leader")
+    );
+    // Without `hasleader` the write waits for a leader (etcd's request timeout is 7 s): no answer in 300 ms.
+    let waited =
+        tokio::time::timeout(std::time::Duration::from_millis(300), kv.put(put("3"))).await;
+    assert!(waited.is_err(), "answered without a leader: {waited:?}");
+
+    let stale = kv
+        .range(RangeRequest {
+            key: b"a".to_vec(),
+            serializable: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stale.header.unwrap().revision, 2);
+    assert_eq!(stale.kvs[0].value, &b"1"[..]);
+
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: b"a".to_vec(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut watch = WatchClient::new(channel.clone())
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let created = watch.message().await.unwrap().unwrap();
+    assert!(created.created);
+    assert_eq!(
+        created.header.unwrap().revision,
+        2,
+        "created at what it had applied"
+    );
+
+    cluster.rejoin(2);
+    let missed = watch.message().await.unwrap().unwrap();
+    assert_eq!(missed.events[0].kv.as_ref().unwrap().mod_revision, 3);
+    assert_ne!(
+        maintenance
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .leader,
+        0
+    );
+    let written = kv.put(put("4")).await.unwrap().into_inner();
+    assert!(written.header.unwrap().revision >= 4);
+    drop(tx);
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}

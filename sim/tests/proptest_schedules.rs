@@ -1,4 +1,5 @@
-//! proptest drives the fault schedule: random crashes, hangs, partitions, holds and latency on random members at
+//! proptest drives the fault schedule: random crashes, hangs, partitions, isolations, holds and latency on random
+//! members at
 //! random times, applied to the failover and watch scenarios. A failing schedule shrinks to the fewest, shortest
 //! faults that still break an invariant, and proptest prints it.
 
@@ -19,7 +20,7 @@ struct Impairment {
 }
 
 fn impairment() -> impl Strategy<Value = Impairment> {
-    (0u8..6, 0usize..3, 300u64..3000, 100u64..1500).prop_map(|(kind, member, at_ms, for_ms)| {
+    (0u8..7, 0usize..3, 300u64..3000, 100u64..1500).prop_map(|(kind, member, at_ms, for_ms)| {
         Impairment {
             kind,
             member,
@@ -63,6 +64,7 @@ fn plan(impairments: &[Impairment]) -> FaultPlan {
             ),
             3 => (Fault::Hold(m), Fault::Release(m)),
             4 => (Fault::Hang(m), Fault::Resume(m)),
+            5 => (Fault::Isolate(m), Fault::Rejoin(m)),
             _ => (
                 Fault::Latency {
                     member: m,

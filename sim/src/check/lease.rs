@@ -106,11 +106,11 @@ pub fn check_leases(
                 last_renewals(record)
             )),
             (Some(stopped), Some((at, LeaseEnd::Expired))) => {
-                let latest = stopped + log.ttl + expiry_slack(log);
+                let latest = latest_expiry(history, record, log, stopped);
                 if at > latest {
                     violations.push(format!(
-                        "{}: lease {} expired at {:.3}s, later than stop {:.3}s + TTL + one interval (last \
-                         renewals: {})",
+                        "{}: lease {} expired at {:.3}s, later than stop {:.3}s + TTL + one interval, or TTL \
+                         after a renewal sent before that (last renewals: {})",
                         log.client,
                         log.lease,
                         at.as_secs_f64(),
@@ -129,7 +129,7 @@ pub fn check_leases(
                     ));
                 }
             }
-            (Some(stopped), None) if run_end > stopped + log.ttl + expiry_slack(log) => {
+            (Some(stopped), None) if run_end > latest_expiry(history, record, log, stopped) => {
                 violations.push(format!(
                     "{}: lease {} still alive at {:.3}s, its client stopped at {:.3}s",
                     log.client,
@@ -142,6 +142,26 @@ pub fn check_leases(
         }
     }
     violations
+}
+
+/// The latest a lease whose client stopped at `stopped` may expire: TTL and the slack after the stop, or TTL after
+/// a renewal a member read as it resumed from a hang, if that renewal had arrived by the stop and the slack: etcd
+/// renews when it reads a request, and a stopped member reads what was sent to it while it was stopped only once it
+/// runs again (as real etcd would, after SIGCONT).
+fn latest_expiry(
+    history: &History,
+    record: &crate::model::LeaseRecord,
+    log: &LeaseClientLog,
+    stopped: Duration,
+) -> Duration {
+    let latest = stopped + log.ttl + expiry_slack(log);
+    let late_read = record.keep_alives.last().filter(|&&(at, member)| {
+        at > stopped && history.arrived_by(member, at) <= stopped + expiry_slack(log)
+    });
+    match late_read {
+        Some(&(at, _)) => latest.max(at + log.ttl),
+        None => latest,
+    }
 }
 
 /// The last few renewals of a lease as `time@member`, for a violation's message.

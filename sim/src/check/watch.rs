@@ -23,9 +23,11 @@ use crate::model::keyspace::KeyRange;
 pub enum WatchStart {
     /// Asked for this revision.
     Revision(i64),
-    /// Asked for "now" when the model was at `model_revision`; the Created response reported `reported`, so the
-    /// watcher starts at `reported + 1`.
-    Current { model_revision: i64, reported: i64 },
+    /// Asked for "now" when every member had applied at least `applied` (the model's revision, unless a member
+    /// was cut off from the others: etcd's member reports the revision it has applied, and so would a watcher
+    /// created on it directly); the Created response reported `reported`, so the watcher starts at
+    /// `reported + 1`.
+    Current { applied: i64, reported: i64 },
 }
 
 impl WatchStart {
@@ -36,14 +38,11 @@ impl WatchStart {
         }
     }
 
-    /// The model revision at creation minus the revision the watcher was told it starts after.
+    /// The revision every member had applied at creation minus the revision the watcher was told it starts after.
     pub fn lag(&self) -> Option<i64> {
         match self {
             Self::Revision(_) => None,
-            Self::Current {
-                model_revision,
-                reported,
-            } => Some(model_revision - reported),
+            Self::Current { applied, reported } => Some(applied - reported),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! [`Cluster`]: the handle every member and the checkers share. It owns the store behind a lock, the identities
 //! (cluster ID, member IDs, raft term), the seeded source of lease IDs, the virtual clock, a signal that wakes
 //! watch streams whenever the store changes, the census of live watchers ([`WatchCensus`]), and the members'
-//! processes as the faults leave them (crashed, hung) with the leader they elect ([`super::process`]).
+//! processes as the faults leave them (crashed, hung, cut off from the others) with the leader a quorum of them
+//! elects ([`super::process`], [`super::pause`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,12 +14,16 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
 use super::census::{Registry, WatchCensus, WatchedRange};
-use super::history::{History, StreamKind, StreamRecord};
+use super::history::{Hang, History, StreamKind, StreamRecord};
 use super::pause::{self, Leadership, Pause};
 use super::store::Store;
 
 /// etcd's default interval of progress notifications for watchers that asked for them.
 pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10 * 60);
+
+/// How long a raft request waits for a leader before etcd gives up: its default request timeout (5 s plus two
+/// election timeouts of 1 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(7);
 
 /// The model etcd cluster: one store served by several members. Cheap to clone, `Send + Sync`.
 #[derive(Clone)]
@@ -32,7 +37,8 @@ struct Shared {
     cluster_id: u64,
     members: Mutex<Vec<Member>>,
     raft_term: AtomicU64,
-    /// Bumped after every change of the store (a revision, a compaction); watch streams wait on it.
+    /// Bumped after every change of the store (a revision, a compaction) or of who leads; watch streams and raft
+    /// requests waiting for a leader wait on it.
     changed: watch::Sender<u64>,
     /// Origin of virtual time outside a turmoil simulation (tokio's clock, paused or not).
     epoch: tokio::time::Instant,
@@ -41,8 +47,11 @@ struct Shared {
     progress_interval: Mutex<Duration>,
     /// Live watchers per Watch stream (see [`WatchCensus`]).
     census: Mutex<Registry>,
-    /// Which members crashed or hang, and who leads.
+    /// Which members crashed, hang or are cut off from the others, and who leads.
     leadership: Mutex<Leadership>,
+    /// Per member cut off from the others: the revision it had applied then (it applies nothing more until it
+    /// joins them again).
+    frozen: Mutex<Vec<Option<i64>>>,
     /// Per member: when it was stopped (hung); its connections and timers wait on it.
     pauses: Vec<watch::Sender<Pause>>,
 }
@@ -77,6 +86,7 @@ impl Cluster {
                 progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
                 census: Mutex::new(Registry::default()),
                 leadership: Mutex::new(Leadership::new(count)),
+                frozen: Mutex::new(vec![None; count]),
                 pauses: pause::pause_signals(count),
             }),
         }
@@ -121,7 +131,7 @@ impl Cluster {
         self.shared.raft_term.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The member that leads, if any member can (one that runs and is not hung).
+    /// The member that leads, if a quorum can elect one (see [`Leadership`]).
     pub fn leader(&self) -> Option<usize> {
         lock(&self.shared.leadership).leader()
     }
@@ -162,19 +172,101 @@ impl Cluster {
         self.shared.pauses[member].subscribe()
     }
 
+    /// Member `member` is cut off from the other members (the proxy and clients still reach it): it knows no
+    /// leader, applies nothing new, and its raft requests wait for a leader; if it led, the others elect another.
+    pub fn isolate(&self, member: usize) {
+        let revision = lock(&self.shared.store).revision();
+        lock(&self.shared.frozen)[member].get_or_insert(revision);
+        self.change_leadership(|leadership| leadership.set_isolated(member, true));
+    }
+
+    /// Member `member` hears the others again: it catches up and knows the leader, if there is one.
+    pub fn rejoin(&self, member: usize) {
+        lock(&self.shared.frozen)[member] = None;
+        self.change_leadership(|leadership| leadership.set_isolated(member, false));
+    }
+
+    /// Whether member `member` knows a leader.
+    pub fn has_leader(&self, member: usize) -> bool {
+        lock(&self.shared.leadership).has_leader(member)
+    }
+
+    /// The revision member `member` has applied when the store is at `store_revision`: the store's, unless the
+    /// member is cut off from the others.
+    pub fn applied_revision(&self, member: usize, store_revision: i64) -> i64 {
+        lock(&self.shared.frozen)[member]
+            .map_or(store_revision, |frozen| frozen.min(store_revision))
+    }
+
+    /// The lowest revision any member has applied when the store is at `store_revision`.
+    pub fn stalest_applied_revision(&self, store_revision: i64) -> i64 {
+        lock(&self.shared.frozen)
+            .iter()
+            .flatten()
+            .fold(store_revision, |stalest, &frozen| stalest.min(frozen))
+    }
+
+    /// What a raft request (a write, a linearizable read, a lease call) does first: waits until member `member`
+    /// knows a leader, for at most [`REQUEST_TIMEOUT`]. A caller that requires a leader (`hasleader: true`) is
+    /// refused at once instead, as etcd's interceptor does.
+    pub async fn wait_for_leader(
+        &self,
+        member: usize,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<(), tonic::Status> {
+        let mut changed = self.subscribe();
+        if self.has_leader(member) {
+            return Ok(());
+        }
+        if metadata.get("hasleader").and_then(|v| v.to_str().ok()) == Some("true") {
+            return Err(super::errors::no_leader());
+        }
+        let known = async {
+            while changed.changed().await.is_ok() {
+                if self.has_leader(member) {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, known)
+            .await
+            .map_err(|_| super::errors::request_timed_out())
+    }
+
+    /// Applies a change of who can lead; wakes every waiter (raft requests, and watch streams: a member that
+    /// joined again delivers what it missed).
+    fn change_leadership(&self, change: impl FnOnce(&mut Leadership) -> bool) {
+        if change(&mut lock(&self.shared.leadership)) {
+            self.bump_term();
+        }
+        self.shared
+            .changed
+            .send_modify(|generation| *generation += 1);
+    }
+
     fn set_process(&self, member: usize, crashed: bool, hung: bool) {
         let now = self.now();
+        let mut ended = None;
         self.shared.pauses[member].send_if_modified(|pause| {
             let before = *pause;
             match hung {
                 true => pause.hang(now),
-                false => pause.resume(now),
+                false => {
+                    pause.resume(now);
+                    ended = before.since;
+                }
             }
             *pause != before
         });
-        if lock(&self.shared.leadership).set(member, crashed, hung) {
-            self.bump_term();
+        if let Some(since) = ended {
+            lock(&self.shared.store).history.hangs.push(Hang {
+                member,
+                since,
+                resumed: now,
+            });
         }
+        self.change_leadership(|leadership| leadership.set(member, crashed, hung));
     }
 
     /// The simulation's clock stands at `now`: for calls made between its steps (faults the world applies), which
@@ -296,10 +388,8 @@ impl StreamGuard {
     /// stream the proxy left during the hang does not look in use at the resume, beside the one it moved to.
     pub fn touch(&self) {
         let now = self.cluster.now();
-        let at = self.cluster.shared.pauses[self.member]
-            .borrow()
-            .arrived_by(now);
         let mut store = lock(&self.cluster.shared.store);
+        let at = store.history.arrived_by(self.member, now);
         let record = &mut store.history.streams[self.index];
         let at = at.max(record.opened_at);
         record.first_request_at.get_or_insert(at);

@@ -90,8 +90,12 @@ impl Maintenance for MaintenanceService {
             header: Some(self.cluster.header(self.member, revision)),
             version: MODEL_VERSION.to_string(),
             db_size: 20480,
-            // A member that answers runs, so some member can lead (see `pause::Leadership`).
-            leader: self.cluster.leader_id(),
+            // 0 when this member knows no leader: none has a quorum, or it is cut off from the others.
+            leader: if self.cluster.has_leader(self.member) {
+                self.cluster.leader_id()
+            } else {
+                0
+            },
             raft_index: revision as u64,
             raft_term: term,
             raft_applied_index: revision as u64,

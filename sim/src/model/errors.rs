@@ -47,6 +47,16 @@ pub fn lease_ttl_too_large() -> Status {
     Status::out_of_range("etcdserver: too large lease TTL")
 }
 
+/// A request that requires a leader (`hasleader: true`) on a member that knows none.
+pub fn no_leader() -> Status {
+    Status::unavailable("etcdserver: no leader")
+}
+
+/// A raft request that found no leader within etcd's request timeout.
+pub fn request_timed_out() -> Status {
+    Status::unavailable("etcdserver: request timed out")
+}
+
 /// What a method the model does not implement answers (the same code tonic gives an unknown service).
 pub fn unimplemented(method: &str) -> Status {
     Status::unimplemented(format!("model etcd does not implement {method}"))

@@ -81,6 +81,15 @@ pub struct KeyAccess {
     pub range_end: Vec<u8>,
 }
 
+/// A member's process stopped as by SIGSTOP, from `since` until it was `resumed`. Messages it reads at the
+/// instant it resumes waited in its sockets: they were sent before, at the latest while it was stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hang {
+    pub member: usize,
+    pub since: Duration,
+    pub resumed: Duration,
+}
+
 /// Everything the model records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
@@ -89,6 +98,7 @@ pub struct History {
     pub leases: BTreeMap<i64, LeaseRecord>,
     pub streams: Vec<StreamRecord>,
     pub accesses: Vec<KeyAccess>,
+    pub hangs: Vec<Hang>,
 }
 
 impl History {
@@ -109,6 +119,15 @@ impl History {
             key: key.to_vec(),
             range_end: range_end.to_vec(),
         });
+    }
+
+    /// The earliest time a message member `member` read at `at` can have arrived: the start of a hang that ended at
+    /// `at` (the message waited unread in the member's socket), else `at`.
+    pub fn arrived_by(&self, member: usize, at: Duration) -> Duration {
+        self.hangs
+            .iter()
+            .find(|h| h.member == member && h.resumed == at)
+            .map_or(at, |h| h.since)
     }
 
     /// The events of revisions `from..=to`, in order, paired with their revision.

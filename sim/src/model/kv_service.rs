@@ -1,5 +1,8 @@
 //! The KV service of one member: every call runs on the shared store under its lock, after the key ranges it names
-//! are recorded in the history.
+//! are recorded in the history. Writes, compactions and linearizable reads go through raft: they wait for the
+//! member to know a leader ([`Cluster::wait_for_leader`]). A serializable read is answered at once, by a member cut
+//! off from the others from the revision it had applied then (or from the current store if a compaction has
+//! passed that revision since: a simplification, as the model's members share one store).
 
 use std::time::Duration;
 
@@ -37,9 +40,29 @@ impl Kv for KvService {
         &self,
         request: Request<RangeRequest>,
     ) -> Result<Response<RangeResponse>, Status> {
+        if !request.get_ref().serializable {
+            self.cluster
+                .wait_for_leader(self.member, request.metadata())
+                .await?;
+        }
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
-            let response = store.range(&request)?;
+            // A member cut off from the others answers a serializable read from what it had applied.
+            let applied = self.cluster.applied_revision(self.member, store.revision());
+            let behind = applied < store.revision() && applied >= store.compacted();
+            let mut read = request.clone();
+            if behind {
+                if request.revision > applied {
+                    return Err(crate::model::errors::future_revision());
+                }
+                if request.revision <= 0 {
+                    read.revision = applied;
+                }
+            }
+            let mut response = store.range(&read)?;
+            if behind && let Some(header) = response.header.as_mut() {
+                header.revision = applied;
+            }
             store.history.record_access(
                 now,
                 self.member,
@@ -55,6 +78,9 @@ impl Kv for KvService {
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        self.cluster
+            .wait_for_leader(self.member, request.metadata())
+            .await?;
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             let response = store.put(&request, now)?;
@@ -72,6 +98,9 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        self.cluster
+            .wait_for_leader(self.member, request.metadata())
+            .await?;
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             let response = store.delete_range(&request, now)?;
@@ -90,6 +119,12 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        // etcd serves a Txn of serializable Ranges only locally (from the member's current store here).
+        if !is_serializable(request.get_ref()) {
+            self.cluster
+                .wait_for_leader(self.member, request.metadata())
+                .await?;
+        }
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             let response = store.txn(&request, now)?;
@@ -105,6 +140,9 @@ impl Kv for KvService {
         &self,
         request: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        self.cluster
+            .wait_for_leader(self.member, request.metadata())
+            .await?;
         let request = request.into_inner();
         let revision = self.cluster.with_store(|store, now| {
             store
@@ -115,6 +153,14 @@ impl Kv for KvService {
             header: Some(self.cluster.header(self.member, revision)),
         }))
     }
+}
+
+/// Whether etcd serves a Txn locally, without raft: every operation of both branches is a serializable Range.
+fn is_serializable(txn: &TxnRequest) -> bool {
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .all(|op| matches!(&op.request, Some(Op::RequestRange(range)) if range.serializable))
 }
 
 /// Records every key range an accepted Txn names: its compares and the operations of both branches, nested txns included.

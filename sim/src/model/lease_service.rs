@@ -1,5 +1,6 @@
 //! The Lease service of one member. Keep-alive streams are recorded in the history (the lease fan-out checker
-//! counts them) and answer each request at once; a client half-close ends the stream after the last answer.
+//! counts them) and answer each request as soon as the member knows a leader (grants, revocations, renewals and
+//! TimeToLive go to etcd's leader); a client half-close ends the stream after the last answer.
 
 use futures::StreamExt;
 use proto::etcdserverpb::lease_server::Lease;
@@ -27,6 +28,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
+        self.cluster
+            .wait_for_leader(self.member, request.metadata())
+            .await?;
         let request = request.into_inner();
         let cluster = self.cluster.clone();
         let (id, ttl, revision) = self.cluster.with_store(|store, now| {
@@ -46,6 +50,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
+        self.cluster
+            .wait_for_leader(self.member, request.metadata())
+            .await?;
         let id = request.into_inner().id;
         let revision = self
             .cluster
@@ -61,6 +68,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let metadata = request.metadata().clone();
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(64);
         let cluster = self.cluster.clone();
@@ -85,6 +93,11 @@ impl Lease for LeaseService {
                     None => return,
                     Some(Err(_)) => return,
                 };
+                // A renewal goes to the leader: it waits for one, and a wait in vain ends the stream.
+                if let Err(status) = cluster.wait_for_leader(member, &metadata).await {
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
                 let (ttl, revision) = cluster.with_store(|store, now| {
                     (
                         store.lease_keep_alive(request.id, now, member),
@@ -108,6 +121,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
+        self.cluster
+            .wait_for_leader(self.member, request.metadata())
+            .await?;
         let request = request.into_inner();
         let (answer, revision) = self.cluster.with_store(|store, now| {
             (

@@ -29,7 +29,7 @@ pub use census::{StreamWatchers, WatchCensus, WatchedRange};
 pub use cluster::Cluster;
 pub use cluster_service::MODEL_VERSION;
 pub use history::{
-    AccessKind, History, KeyAccess, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind,
+    AccessKind, Hang, History, KeyAccess, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind,
     StreamRecord, max_overlap,
 };
 pub use serve::{ServeOptions, serve, serve_with};

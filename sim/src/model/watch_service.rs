@@ -126,7 +126,9 @@ impl Session {
     }
 
     fn header(&self) -> Option<proto::etcdserverpb::ResponseHeader> {
-        let revision = self.cluster.with_store(|store, _| store.revision());
+        let revision = self
+            .cluster
+            .with_store(|store, _| self.cluster.applied_revision(self.member, store.revision()));
         Some(self.cluster.header(self.member, revision))
     }
 
@@ -177,9 +179,12 @@ impl Session {
             )
         });
         let range = KeyRange::new(&key, &create.range_end);
-        let (current, compacted) = self
-            .cluster
-            .with_store(|store, _| (store.revision(), store.compacted()));
+        let (current, compacted) = self.cluster.with_store(|store, _| {
+            (
+                self.cluster.applied_revision(self.member, store.revision()),
+                store.compacted(),
+            )
+        });
         let refused = if matches!(range, KeyRange::Span(..)) && range.bounds().is_none() {
             Some("mvcc: watcher range is empty")
         } else if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) {
@@ -259,7 +264,8 @@ impl Session {
     async fn deliver(&mut self) -> Result<(), Gone> {
         let mut outgoing = Vec::new();
         self.cluster.with_store(|store, _| {
-            let current = store.revision();
+            // A member cut off from the others has applied nothing since: its watchers wait until it joins again.
+            let current = self.cluster.applied_revision(self.member, store.revision());
             for (id, watcher) in &mut self.watchers {
                 if watcher.next_revision > current {
                     continue;

@@ -37,9 +37,10 @@ use crate::world::{Settings, World};
 use logs::{Logs, now};
 use watchers::{Fence, LiveWatchers, Start, StreamEnv, WatcherSpec, run_watcher};
 
-/// How far behind the model a watcher created without a start revision may begin. The pass-through proxy opens a
-/// fresh watcher on etcd, which reports the current revision, so nothing lags; coalescing may join an existing
-/// upstream watcher, which the hub must bring up to date first.
+/// How far behind the members a watcher created without a start revision may begin (behind the stalest member's
+/// revision: a member cut off from the others reports the revision it had applied, as it would to a client of its
+/// own). The pass-through proxy opens a fresh watcher on etcd, which reports its current revision, so nothing lags;
+/// coalescing may join an existing upstream watcher, which the hub must bring up to date first.
 pub const REVISION_LAG_BOUND: i64 = 0;
 
 /// How long after the later of an event's commit and the last fault's healing a watcher may get the event. Once
@@ -169,6 +170,7 @@ pub fn profile(scenario: Scenario, members: usize) -> FaultProfile {
         crashes: true,
         hangs: true,
         partitions: true,
+        isolations: true,
         holds: true,
         latency: true,
         // Restarting the proxy breaks its clients' calls, which failover transparency does not excuse.

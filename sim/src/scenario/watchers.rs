@@ -157,8 +157,9 @@ impl Slot {
 struct PendingCreate {
     slot: usize,
     requested_id: Option<i64>,
-    /// The model's revision when the create was sent (for the lag of a watcher without start revision).
-    model_revision: i64,
+    /// The lowest revision a member had applied when the create was sent (for the lag of a watcher without start
+    /// revision).
+    applied: i64,
 }
 
 /// The stream's state between two upstream events.
@@ -342,7 +343,12 @@ impl Driver {
             if !due {
                 continue;
             }
-            let model_revision = self.env.cluster.with_store(|store, _| store.revision());
+            let (model_revision, applied) = self.env.cluster.with_store(|store, _| {
+                (
+                    store.revision(),
+                    self.env.cluster.stalest_applied_revision(store.revision()),
+                )
+            });
             let slot = &mut self.slots[index];
             if slot.log.start.is_none() && slot.first_start.is_none() {
                 slot.first_start = match slot.spec.start {
@@ -381,7 +387,7 @@ impl Driver {
             pending.push_back(PendingCreate {
                 slot: index,
                 requested_id: slot.spec.watch_id,
-                model_revision,
+                applied,
             });
             if tx.send(create).await.is_err() {
                 return false;
@@ -547,7 +553,7 @@ impl Driver {
             let start = match slot.first_start {
                 Some(revision) => WatchStart::Revision(revision),
                 None => WatchStart::Current {
-                    model_revision: create.model_revision,
+                    applied: create.applied,
                     reported,
                 },
             };
