@@ -112,6 +112,26 @@ fn watch_checker_accepts_exactly_the_models_events() {
     );
 }
 
+/// Events received after the revision a watcher waited for (writes that went on after the fence) are checked
+/// too, through the last one received.
+#[test]
+fn watch_checker_checks_events_past_the_fence_through_the_last_received() {
+    let history = kv_history();
+    let mut past = watcher(all_events(&history));
+    past.end = WatchEnd::CompleteThrough(4);
+    assert_eq!(check_watcher(&history, &past), Ok(()));
+    // A made-up event past the fence: its revision has the model's event on another key.
+    let mut made_up = past.clone();
+    let last = made_up.received.last_mut().expect("events");
+    last.kv.as_mut().expect("a key").key = b"z".to_vec().into();
+    assert!(check_watcher(&history, &made_up).is_err());
+    // A gap past the fence: revision 5 missing before 6.
+    let mut gap = past.clone();
+    gap.received.remove(3);
+    gap.received_at.remove(3);
+    assert!(check_watcher(&history, &gap).is_err());
+}
+
 #[test]
 fn watch_checker_catches_a_dropped_event() {
     let history = kv_history();

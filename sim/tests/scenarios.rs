@@ -10,7 +10,10 @@ use sim::seeds;
 const REGRESSIONS: &str = include_str!("../../testdata/sim/regressions.txt");
 
 fn sweep(scenario: Scenario) {
-    let mut seeds = seeds::sweep();
+    sweep_seeds(scenario, seeds::sweep());
+}
+
+fn sweep_seeds(scenario: Scenario, mut seeds: Vec<u64>) {
     if std::env::var_os("SIM_SEED").is_none() {
         for seed in seeds::regressions(REGRESSIONS, scenario.name()) {
             if !seeds.contains(&seed) {
@@ -87,6 +90,15 @@ fn lease_scale_scenario_thousands_of_leases_share_one_upstream_stream() {
 #[test]
 fn cache_scenario_answers_are_the_models_state_at_their_revision_and_never_go_back() {
     sweep(Scenario::Cache);
+}
+
+/// Fewer seeds by default: ten proxies and about 1,500 clients' watchers and leases cost about 5 s a seed in a
+/// debug build.
+const FLEET_SEEDS: u64 = 8;
+
+#[test]
+fn fleet_scenario_ten_chained_proxies_keep_every_promise_and_coalesce_through_the_tree() {
+    sweep_seeds(Scenario::Fleet, seeds::sweep_or(FLEET_SEEDS));
 }
 
 #[test]

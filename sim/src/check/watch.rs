@@ -109,7 +109,9 @@ pub fn check_watcher(history: &History, log: &WatcherLog) -> Result<(), String> 
     };
     let first = start.first_revision();
     let through = match &log.end {
-        WatchEnd::CompleteThrough(revision) => *revision,
+        // Events after the revision it waited for (writes go on after the fence in some scenarios: leases expire)
+        // are checked too, through the last one received: events come in order, so none before it may be missing.
+        WatchEnd::CompleteThrough(revision) => (*revision).max(last_received(log, first)),
         WatchEnd::Cancelled {
             reason,
             compact_revision,

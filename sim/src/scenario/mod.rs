@@ -11,6 +11,7 @@
 
 pub mod cache_readers;
 pub mod callers;
+pub mod fleet;
 pub mod leases;
 pub mod logs;
 pub mod scale;
@@ -81,16 +82,22 @@ pub enum Scenario {
     /// client's revisions never go back, that linearizable answers hold every acknowledged write, and that the
     /// cache answered reads ([`cache_readers`], [`crate::check::cache`]).
     Cache,
+    /// Ten proxies in a tree (a top-level proxy, leaves in front of it, leaves in front of those), with
+    /// `watch-scale`'s watchers and `lease-scale`'s keepers on the leaves ([`fleet`]). Checks what those two check:
+    /// coalescing composes, so the members still see one upstream watcher per distinct range and one keep-alive
+    /// stream.
+    Fleet,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Watch,
         Scenario::Failover,
         Scenario::Lease,
         Scenario::WatchScale,
         Scenario::LeaseScale,
         Scenario::Cache,
+        Scenario::Fleet,
     ];
 
     pub fn name(self) -> &'static str {
@@ -101,6 +108,7 @@ impl Scenario {
             Scenario::WatchScale => "watch-scale",
             Scenario::LeaseScale => "lease-scale",
             Scenario::Cache => "cache",
+            Scenario::Fleet => "fleet",
         }
     }
 
@@ -234,6 +242,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let members = settings.members;
     let mut world = match scenario {
         Scenario::Cache => cache_readers::world(settings),
+        Scenario::Fleet => fleet::world(settings),
         _ => World::new(settings),
     };
     let logs = Logs::default();
@@ -245,6 +254,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         Scenario::Lease => build_lease(&mut world, &logs, &mut rng),
         Scenario::WatchScale => scale::build_watch_scale(&mut world, &logs, &mut rng, members),
         Scenario::LeaseScale => scale::build_lease_scale(&mut world, &logs, &mut rng),
+        Scenario::Fleet => fleet::build_fleet(&mut world, &logs, &mut rng, members),
         Scenario::Cache => {
             cache_logs = Some(cache_readers::build_cache(&mut world, &mut rng, members));
         }
@@ -257,7 +267,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let mut worst_delivery = None;
     let mut tolerated = Vec::new();
     match scenario {
-        Scenario::Watch | Scenario::WatchScale => {
+        Scenario::Watch | Scenario::WatchScale | Scenario::Fleet => {
             for log in &watcher_logs {
                 if let Err(violation) = check_watcher(&history, log) {
                     violations.push(violation);
@@ -275,7 +285,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             worst_delivery = latest;
             violations.extend(late);
             violations.extend(logs.stream_problems());
-            if scenario == Scenario::WatchScale {
+            if scenario != Scenario::Watch {
                 let censuses = logs.censuses();
                 if censuses.is_empty() {
                     violations.push("no census was taken".into());
@@ -295,15 +305,8 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             violations.extend(verdict.violations);
             tolerated = verdict.tolerated;
         }
-        Scenario::Lease | Scenario::LeaseScale => {
-            let leases = logs.leases();
-            violations.extend(check_leases(
-                &history,
-                &leases,
-                expected_upstream_keepalive_streams(leases.len()),
-                finished.elapsed,
-            ));
-        }
+        // Checked below, with the fleet's.
+        Scenario::Lease | Scenario::LeaseScale => {}
         Scenario::Cache => {
             let cache_logs = cache_logs.as_ref().expect("built above");
             let verdict = check_cache(
@@ -315,6 +318,18 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             );
             violations.extend(verdict.violations);
         }
+    }
+    if matches!(
+        scenario,
+        Scenario::Lease | Scenario::LeaseScale | Scenario::Fleet
+    ) {
+        let leases = logs.leases();
+        violations.extend(check_leases(
+            &history,
+            &leases,
+            expected_upstream_keepalive_streams(leases.len()),
+            finished.elapsed,
+        ));
     }
     let lines = finished.trace.lines();
     Report {

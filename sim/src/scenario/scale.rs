@@ -110,11 +110,31 @@ pub(super) fn build_watch_scale(
     rng: &mut StdRng,
     members: usize,
 ) {
+    build_watchers(
+        world,
+        logs,
+        rng,
+        members,
+        WATCH_CLIENTS,
+        &[proxy_authority()],
+    );
+}
+
+/// `watch-scale`'s workload with `clients` client connections, client `i` dialing `targets[i % targets.len()]`.
+pub(super) fn build_watchers(
+    world: &mut World<'_>,
+    logs: &Logs,
+    rng: &mut StdRng,
+    members: usize,
+    clients: usize,
+    targets: &[String],
+) {
     world.cluster.set_progress_interval(PROGRESS_INTERVAL);
     let (fence_tx, fence_rx) = watch::channel(None);
     let (released_tx, released_rx) = watch::channel(false);
     let live = LiveWatchers::default();
-    for client in 0..WATCH_CLIENTS {
+    for client in 0..clients {
+        let target = targets[client % targets.len()].clone();
         let plans: Vec<(String, Vec<WatcherSpec>)> = (0..STREAMS_PER_CLIENT)
             .map(|stream| {
                 let name = format!("c{client}s{stream}");
@@ -128,7 +148,7 @@ pub(super) fn build_watch_scale(
         world.client(&format!("watchers{client}"), async move {
             // One connection per client, several Watch streams on it.
             let env = StreamEnv {
-                channel: dialer.channel(&proxy_authority()),
+                channel: dialer.channel(&target),
                 cluster,
                 fence,
                 released,
@@ -210,7 +230,19 @@ pub const LEASES_PER_STREAM: usize = 10;
 const SCALE_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(super) fn build_lease_scale(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
-    for host in 0..LEASE_HOSTS {
+    build_lease_keepers(world, logs, rng, LEASE_HOSTS, &[proxy_authority()]);
+}
+
+/// `lease-scale`'s workload on `hosts` client hosts, host `h` dialing `targets[h % targets.len()]`.
+pub(super) fn build_lease_keepers(
+    world: &mut World<'_>,
+    logs: &Logs,
+    rng: &mut StdRng,
+    hosts: usize,
+    targets: &[String],
+) {
+    for host in 0..hosts {
+        let target = targets[host % targets.len()].clone();
         let specs: Vec<LeaseSpec> = (0..STREAMS_PER_LEASE_HOST)
             .map(|stream| LeaseSpec {
                 name: format!("h{host}s{stream}"),
@@ -232,7 +264,7 @@ pub(super) fn build_lease_scale(world: &mut World<'_>, logs: &Logs, rng: &mut St
                 .into_iter()
                 .map(|spec| {
                     // Each stream on its own connection, as separate client processes would.
-                    let channel = dialer.channel(&proxy_authority());
+                    let channel = dialer.channel(&target);
                     tokio::spawn(leases::lease_client(
                         spec,
                         channel,
