@@ -92,7 +92,7 @@ fn cache_scenario_answers_are_the_models_state_at_their_revision_and_never_go_ba
     sweep(Scenario::Cache);
 }
 
-/// Fewer seeds by default: ten proxies and about 1,500 clients' watchers and leases cost about 5 s a seed in a
+/// Fewer seeds by default: ten proxies and about 2,000 watchers and leases cost about 7 s a seed in a
 /// debug build.
 const FLEET_SEEDS: u64 = 8;
 

@@ -19,9 +19,9 @@ use crate::world::{self, Settings, World};
 /// Leaves in front of the top-level proxy, and leaves in front of those (leaf `i` of them in front of leaf `i`).
 pub const MID_LEAVES: usize = 6;
 pub const DEEP_LEAVES: usize = 3;
-/// Client connections of watchers (one per leaf, about 60 watchers each) and hosts of lease keepers (500 leases
-/// each).
-pub const FLEET_WATCH_CLIENTS: usize = MID_LEAVES + DEEP_LEAVES;
+/// Client connections of watchers (two per leaf, about 60 watchers each: over a thousand) and hosts of lease
+/// keepers (500 leases each).
+pub const FLEET_WATCH_CLIENTS: usize = 2 * (MID_LEAVES + DEEP_LEAVES);
 pub const FLEET_LEASE_HOSTS: usize = 2;
 
 fn leaf_host(leaf: usize) -> String {
