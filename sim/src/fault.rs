@@ -37,6 +37,14 @@ pub enum Fault {
     },
     /// Heals any cut of the proxy↔member link.
     Repair(usize),
+    /// Cuts one direction of a client host's link with the proxy (`to_proxy`: the client→proxy direction). turmoil
+    /// does not retransmit: the client's connection has a hole for good, which the client's keep-alive finds.
+    CutClient {
+        client: String,
+        to_proxy: bool,
+    },
+    /// Heals a client host's link with the proxy.
+    RepairClient(String),
     /// Cuts a member off from the other members (the proxy still reaches it): it knows no leader, so its raft
     /// requests wait, it applies nothing new and its watchers get nothing; if it led, the others elect another.
     Isolate(usize),
@@ -363,6 +371,14 @@ pub fn apply(sim: &mut turmoil::Sim<'_>, cluster: &Cluster, fault: &Fault) -> St
         Fault::Repair(m) => sim.repair(PROXY_HOST, member_host(*m)),
         // Members do not talk to each other over the simulated network (they share the model's store): the model
         // is told instead.
+        Fault::CutClient { client, to_proxy } => {
+            if *to_proxy {
+                sim.partition_oneway(client.as_str(), PROXY_HOST)
+            } else {
+                sim.partition_oneway(PROXY_HOST, client.as_str())
+            }
+        }
+        Fault::RepairClient(client) => sim.repair(client.as_str(), PROXY_HOST),
         Fault::Isolate(m) => cluster.isolate(*m),
         Fault::Rejoin(m) => cluster.rejoin(*m),
         Fault::Hold(m) => sim.hold(PROXY_HOST, member_host(*m)),

@@ -60,14 +60,36 @@ impl Dialer {
 
     /// A lazily connected tonic channel to `authority` over the simulated network. Must be created inside the sim.
     pub fn channel(&self, authority: &str) -> Channel {
+        self.connect(Self::endpoint(authority))
+    }
+
+    /// [`Dialer::channel`] with HTTP/2 keep-alive `(interval, timeout)`, as clientv3's `DialKeepAliveTime` and
+    /// `DialKeepAliveTimeout` set it: a connection whose ping goes unanswered is closed, and the next call dials
+    /// again.
+    pub fn channel_with_keepalive(
+        &self,
+        authority: &str,
+        (interval, timeout): (Duration, Duration),
+    ) -> Channel {
+        let endpoint = Self::endpoint(authority)
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(timeout)
+            .keep_alive_while_idle(true);
+        self.connect(endpoint)
+    }
+
+    fn endpoint(authority: &str) -> Endpoint {
         // The scheme stays `http`: the connector runs the TLS handshake itself, above the simulated TCP.
         Endpoint::from_shared(format!("http://{authority}"))
             .expect("simulated authorities form valid URIs")
             .connect_timeout(Duration::from_secs(1))
-            .connect_with_connector_lazy(Connector::with_tls(
-                Arc::new(TurmoilNet::default()),
-                self.tls.clone(),
-            ))
+    }
+
+    fn connect(&self, endpoint: Endpoint) -> Channel {
+        endpoint.connect_with_connector_lazy(Connector::with_tls(
+            Arc::new(TurmoilNet::default()),
+            self.tls.clone(),
+        ))
     }
 
     /// An `etcd-client` client over a simulated channel (its `raw-channel` feature).

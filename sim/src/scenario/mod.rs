@@ -11,6 +11,7 @@
 
 pub mod cache_readers;
 pub mod callers;
+pub mod client_links;
 pub mod fleet;
 pub mod leases;
 pub mod logs;
@@ -50,8 +51,16 @@ pub const REVISION_LAG_BOUND: i64 = 0;
 /// and its upstream watcher resumes there; a client whose stream broke re-opens it after at most
 /// [`watchers::BACKOFF_MAX`]; the replay then takes a few round trips at the healed links' jitter (5 ms each; 50 ms
 /// allows ten). The runs' worst is printed by `try_seeds` (`delivery`): 0.69 s over seeds 0-99 of `watch`.
-pub fn delivery_bound() -> Duration {
-    proxy::upstream::replacement_bound() + watchers::BACKOFF_MAX + Duration::from_millis(50)
+pub fn delivery_bound(scenario: Scenario) -> Duration {
+    let base =
+        proxy::upstream::replacement_bound() + watchers::BACKOFF_MAX + Duration::from_millis(50);
+    match scenario {
+        // A client whose link was cut finds the hole in its connection by its keep-alive first.
+        Scenario::Watch => {
+            base + client_links::CLIENT_KEEPALIVE.0 + client_links::CLIENT_KEEPALIVE.1
+        }
+        _ => base,
+    }
 }
 
 /// Write failures the failover check accepts beyond etcd's own codes. It once held the proxy's defect of reporting
@@ -242,6 +251,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let members = settings.members;
     let mut world = match scenario {
         Scenario::Cache => cache_readers::world(settings),
+        Scenario::Watch => watch_world(settings),
         Scenario::Fleet => fleet::world(settings),
         _ => World::new(settings),
     };
@@ -280,7 +290,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
                 &history,
                 &watcher_logs,
                 finished.healed_at,
-                delivery_bound(),
+                delivery_bound(scenario),
             );
             worst_delivery = latest;
             violations.extend(late);
@@ -365,12 +375,34 @@ pub(crate) fn watch_ranges() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
+/// The watch scenario's client hosts.
+fn watch_clients() -> Vec<String> {
+    (0..WATCH_CLIENTS).map(|c| format!("watcher{c}")).collect()
+}
+const WATCH_CLIENTS: usize = 3;
+
+/// The watch scenario's world: the shared plan plus cuts of the watchers' links with the proxy
+/// ([`client_links`]), and the proxy with `--grpc-keepalive-min-time=500ms`, so that it allows the pings of
+/// clients that keep their connections alive every 500 ms.
+fn watch_world<'a>(settings: Settings) -> World<'a> {
+    let settings = client_links::with_client_cuts(settings, &watch_clients());
+    let mut config = crate::world::proxy_config(settings.seed, settings.members);
+    config.client_ping_min_time = client_links::CLIENT_KEEPALIVE.0;
+    if let Some(tls) = &settings.tls {
+        tls.configure_proxy(&mut config);
+    }
+    World::with_proxies(
+        settings,
+        vec![(crate::topology::PROXY_HOST.to_string(), config)],
+    )
+}
+
 fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: usize) {
     let (fence_tx, fence_rx) = watch::channel(None);
     // No census here: watchers may go as soon as they are complete.
     let (_released_tx, released_rx) = watch::channel(true);
     let ranges = watch_ranges();
-    for client in 0..3 {
+    for (client, host) in watch_clients().into_iter().enumerate() {
         let mut specs = Vec::new();
         for index in 0..2 {
             let (key, range_end) = ranges[rng.random_range(0..ranges.len())];
@@ -392,12 +424,14 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
             world.dialer(),
         );
         let logs = logs.clone();
-        world.client(&format!("watcher{client}"), async move {
+        world.client(&host, async move {
             tokio::time::sleep(delay).await;
             let (cluster, trace, fence, released, dialer) = env_parts;
-            // One connection per client, one stream per watcher.
+            // One connection per client, one stream per watcher; the connection is kept alive by pings, so that
+            // a cut of the client's link is found (`client_links`).
             let env = StreamEnv {
-                channel: dialer.channel(&proxy_authority()),
+                channel: dialer
+                    .channel_with_keepalive(&proxy_authority(), client_links::CLIENT_KEEPALIVE),
                 cluster,
                 fence,
                 released,
