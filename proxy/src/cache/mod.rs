@@ -194,10 +194,11 @@ impl Cache {
         let range = &query.range;
         let must_check = self.permissions.must_check(token);
         let (target, wait) = if query.serializable {
-            if self.feed.lock().store.get(range).is_none() {
-                return Ok(None);
-            }
+            // Without a check to make first, the copy is looked up once, below.
             if must_check {
+                if self.feed.lock().store.get(range).is_none() {
+                    return Ok(None);
+                }
                 let check = consistent::ask_count(&self.upstream, token, range, true).await;
                 self.permissions.checked(token, &check);
                 if let Some(answer) = refusal_or_retry(check)? {

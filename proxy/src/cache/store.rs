@@ -106,12 +106,22 @@ impl Store {
 
     /// The copy that answers reads of `range` ([`Store::get`]), marked as just used.
     pub fn read(&mut self, range: &KeyRange) -> Option<&Copy> {
-        let covering = self.get(range)?.range.clone();
-        let copy = self.copies.get_mut(&covering)?;
-        self.recency.remove(&copy.last_used);
+        // A range's own copy is found with one lookup, and nothing is cloned; a covered range looks its covering
+        // copy up first.
+        let covering;
+        let key = if self.copies.contains_key(range) {
+            range
+        } else {
+            covering = self.get(range)?.range.clone();
+            &covering
+        };
+        let copy = self.copies.get_mut(key)?;
         self.clock += 1;
+        // The recency entry moves to the new time with the range it already holds.
+        if let Some(entry) = self.recency.remove(&copy.last_used) {
+            self.recency.insert(self.clock, entry);
+        }
         copy.last_used = self.clock;
-        self.recency.insert(self.clock, covering);
         Some(copy)
     }
 
