@@ -336,6 +336,9 @@ impl<'a> World<'a> {
                 // A crash or hang also moves the model's leader (a new term) if it led.
                 let line = fault::apply(&mut self.sim, &self.cluster, &scheduled.fault);
                 self.last_fault_at = now;
+                if scheduled.fault == Fault::RestartProxy {
+                    self.cluster.proxy_restarted(now);
+                }
                 // Also a log event, so that `RUST_LOG=proxy=debug,sim=info` interleaves faults with the proxy's logs.
                 tracing::info!(at = format!("{:.3}s", now.as_secs_f64()), "{line}");
                 self.trace.record_at(now, line);

@@ -519,6 +519,7 @@ fn lease_history(ended: Option<(Duration, LeaseEnd)>, streams: &[(f64, f64)]) ->
             kind: StreamKind::LeaseKeepAlive,
             opened_at: secs(*first),
             closed_at: None,
+            connected_at: None,
             first_request_at: Some(secs(*first)),
             last_request_at: Some(secs(*last)),
         });
@@ -663,6 +664,19 @@ fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
     resumed.streams[0].closed_at = Some(secs(3.1));
     assert_eq!(
         check_leases(&resumed, &[lease_client(None)], 1, secs(8.0)).len(),
+        1
+    );
+    // A stream a proxy instance sent just before it was restarted, which reached the member (on the instance's
+    // connection, accepted earlier) after the restart, beside the new instance's stream: not in use by the proxy.
+    // The same stream on a connection accepted after the restart was the new instance's: a second stream.
+    let mut late = lease_history(None, &[(0.0, 2.0), (2.313, 5.0), (2.316, 2.316)]);
+    late.streams[2].closed_at = Some(secs(2.319));
+    late.streams[2].connected_at = Some(secs(0.5));
+    late.proxy_restarts.push(secs(2.301));
+    assert!(check_leases(&late, &[lease_client(None)], 1, secs(8.0)).is_empty());
+    late.streams[2].connected_at = Some(secs(2.310));
+    assert_eq!(
+        check_leases(&late, &[lease_client(None)], 1, secs(8.0)).len(),
         1
     );
 }

@@ -63,6 +63,8 @@ pub fn check_leases(
         // the member read any of it (a held link released, a hung member resumed, delivers it all at once); an
         // answer and a close take a round trip, so a stream the proxy used lives longer than an instant.
         .filter(|s| s.closed_at != Some(s.opened_at))
+        // A stream a stopped proxy instance had sent, which reached the member after the restart.
+        .filter(|s| !history.sent_by_a_stopped_proxy(s))
         .filter_map(|s| {
             let (first, last) = (s.first_request_at?, s.last_request_at?);
             Some((first, last.saturating_sub(DELIVERY_SLACK).max(first)))

@@ -352,8 +352,18 @@ impl Cluster {
         lock(&self.shared.census).snapshot()
     }
 
+    /// Records that the proxy (the members' client) was restarted at `at`.
+    pub fn proxy_restarted(&self, at: Duration) {
+        lock(&self.shared.store).history.proxy_restarts.push(at);
+    }
+
     /// Records that a client opened a stream; the returned guard records its end when dropped.
-    pub fn open_stream(&self, member: usize, kind: StreamKind) -> StreamGuard {
+    pub fn open_stream(
+        &self,
+        member: usize,
+        kind: StreamKind,
+        connected_at: Option<Duration>,
+    ) -> StreamGuard {
         let now = self.now();
         let index = {
             let mut store = lock(&self.shared.store);
@@ -362,6 +372,7 @@ impl Cluster {
                 kind,
                 opened_at: now,
                 closed_at: None,
+                connected_at,
                 first_request_at: None,
                 last_request_at: None,
             });

@@ -50,6 +50,8 @@ pub struct StreamRecord {
     pub kind: StreamKind,
     pub opened_at: Duration,
     pub closed_at: Option<Duration>,
+    /// When the member accepted the connection the stream came on (`None`: not known).
+    pub connected_at: Option<Duration>,
     /// When the first and the latest request arrived on it (a stream cut off by a partition stops receiving, even
     /// though the member cannot tell that it is dead).
     pub first_request_at: Option<Duration>,
@@ -99,6 +101,9 @@ pub struct History {
     pub streams: Vec<StreamRecord>,
     pub accesses: Vec<KeyAccess>,
     pub hangs: Vec<Hang>,
+    /// When the proxy (the members' client) was restarted: streams sent by an instance before its restart may
+    /// reach a member after it.
+    pub proxy_restarts: Vec<Duration>,
 }
 
 impl History {
@@ -128,6 +133,17 @@ impl History {
             .iter()
             .find(|h| h.member == member && h.resumed == at)
             .map_or(at, |h| h.since)
+    }
+
+    /// Whether `stream` was sent by a proxy instance that had been restarted before the member saw it open: it came
+    /// on a connection the member accepted before a restart, and opened after it (late, on a slow link). The
+    /// restart had closed that connection; the stream was never in use by the running proxy.
+    pub fn sent_by_a_stopped_proxy(&self, stream: &StreamRecord) -> bool {
+        stream.connected_at.is_some_and(|connected| {
+            self.proxy_restarts
+                .iter()
+                .any(|&restart| connected <= restart && restart < stream.opened_at)
+        })
     }
 
     /// The events of revisions `from..=to`, in order, paired with their revision.

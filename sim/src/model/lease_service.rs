@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::cluster::{Cluster, stopped};
 use super::history::StreamKind;
+use super::serve::ConnectedAt;
 
 pub struct LeaseService {
     pub cluster: Cluster,
@@ -69,12 +70,13 @@ impl Lease for LeaseService {
         request: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
         let metadata = request.metadata().clone();
+        let connected_at = request.extensions().get::<ConnectedAt>().map(|c| c.0);
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(64);
         let cluster = self.cluster.clone();
         let member = self.member;
         let mut stop = self.stop.clone();
-        let guard = cluster.open_stream(member, StreamKind::LeaseKeepAlive);
+        let guard = cluster.open_stream(member, StreamKind::LeaseKeepAlive, connected_at);
         tokio::spawn(async move {
             loop {
                 let next = tokio::select! {

@@ -83,6 +83,7 @@ pub async fn serve_with(
 ) -> Result<(), tonic::transport::Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = Serving {
+        cluster: cluster.clone(),
         routes: routes(&cluster, member, &stop_rx),
         http2: http2_builder(&cluster, member, options.keepalive),
         tls: options.tls,
@@ -166,9 +167,15 @@ fn http2_builder(
     builder
 }
 
+/// When the member accepted the connection a request came on (virtual time): an extension of every request, so
+/// that the streams recorded in the history say which connection they came on ([`super::StreamRecord`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectedAt(pub Duration);
+
 /// What every connection of a member is served with.
 #[derive(Clone)]
 struct Serving {
+    cluster: Cluster,
     routes: Routes,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<Arc<ServerTls>>,
@@ -179,6 +186,7 @@ struct Serving {
 impl Serving {
     /// Serves one accepted connection until it ends, or ends it gracefully when the member shuts down.
     async fn connection(mut self, conn: Conn) {
+        let connected_at = ConnectedAt(self.cluster.now());
         let conn = match &self.tls {
             // A handshake still running at shutdown has no calls to finish.
             Some(tls) => tokio::select! {
@@ -195,7 +203,8 @@ impl Serving {
             None => conn,
         };
         let routes = self.routes;
-        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(connected_at);
             routes.clone().oneshot(request)
         });
         let connection = self.http2.serve_connection(TokioIo::new(conn), service);

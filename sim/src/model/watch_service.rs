@@ -26,6 +26,7 @@ use super::census::WatchedRange;
 use super::cluster::{Cluster, StreamGuard, stopped};
 use super::history::{AccessKind, StreamKind};
 use super::keyspace::KeyRange;
+use super::serve::ConnectedAt;
 
 pub struct WatchService {
     pub cluster: Cluster,
@@ -41,6 +42,7 @@ impl Watch for WatchService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let connected_at = request.extensions().get::<ConnectedAt>().map(|c| c.0);
         let (tx, rx) = mpsc::channel(256);
         let session = Session {
             cluster: self.cluster.clone(),
@@ -48,7 +50,9 @@ impl Watch for WatchService {
             watchers: BTreeMap::new(),
             next_id: 0,
             tx,
-            guard: self.cluster.open_stream(self.member, StreamKind::Watch),
+            guard: self
+                .cluster
+                .open_stream(self.member, StreamKind::Watch, connected_at),
         };
         let stop = self.stop.clone();
         let inbound = request.into_inner();
