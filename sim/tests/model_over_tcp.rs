@@ -19,21 +19,51 @@ use proxy::net::{Net, TokioNet};
 use sim::model::{self, AccessKind, Cluster};
 use tonic::Code;
 
+/// One member of a model cluster served on a free loopback port, and a channel to it.
+struct Served {
+    addr: std::net::SocketAddr,
+    channel: tonic::transport::Channel,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl Served {
+    /// Serves `member` of `cluster`; with `advertise`, MemberList lists the member at its real address.
+    async fn start(cluster: &Cluster, member: usize, advertise: bool) -> Self {
+        let listener = TokioNet.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        if advertise {
+            cluster.set_client_urls(member, vec![format!("http://{addr}")]);
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(model::serve(cluster.clone(), member, listener, async {
+            let _ = stopped.await;
+        }));
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_with_connector(proxy::net::Connector::new(Arc::new(TokioNet)))
+            .await
+            .unwrap();
+        Self {
+            addr,
+            channel,
+            stop,
+            server,
+        }
+    }
+
+    /// Stops the member and waits for its server to end.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.unwrap().unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_model_speaks_etcds_grpc_over_loopback_tcp() {
     let cluster = Cluster::new(1, 42);
-    let listener = TokioNet.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    cluster.set_client_urls(0, vec![format!("http://{addr}")]);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(model::serve(cluster.clone(), 0, listener, async {
-        let _ = stop_rx.await;
-    }));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_with_connector(proxy::net::Connector::new(Arc::new(TokioNet)))
-        .await
-        .unwrap();
+    let served = Served::start(&cluster, 0, true).await;
+    let channel = served.channel.clone();
 
     let mut kv = KvClient::new(channel.clone());
     for value in ["1", "2", "3"] {
@@ -119,7 +149,10 @@ async fn the_model_speaks_etcds_grpc_over_loopback_tcp() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(members.members[0].client_ur_ls, [format!("http://{addr}")]);
+    assert_eq!(
+        members.members[0].client_ur_ls,
+        [format!("http://{}", served.addr)]
+    );
 
     let auth = AuthClient::new(channel)
         .auth_status(AuthStatusRequest {})
@@ -127,24 +160,14 @@ async fn the_model_speaks_etcds_grpc_over_loopback_tcp() {
         .unwrap_err();
     assert_eq!(auth.code(), Code::Unimplemented);
 
-    stop_tx.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 #[tokio::test]
 async fn the_model_records_every_key_range_an_accepted_request_names() {
     let cluster = Cluster::new(1, 7);
-    let listener = TokioNet.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(model::serve(cluster.clone(), 0, listener, async {
-        let _ = stop_rx.await;
-    }));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_with_connector(proxy::net::Connector::new(Arc::new(TokioNet)))
-        .await
-        .unwrap();
+    let served = Served::start(&cluster, 0, false).await;
+    let channel = served.channel.clone();
     let mut kv = KvClient::new(channel.clone());
     let op = |request| RequestOp {
         request: Some(request),
@@ -220,8 +243,7 @@ async fn the_model_records_every_key_range_an_accepted_request_names() {
     assert_eq!(named, want);
 
     drop(tx);
-    stop_tx.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 /// A member cut off from the other members (`Cluster::isolate`) behaves as etcd's would: Status names no leader,
@@ -234,17 +256,8 @@ async fn a_member_cut_off_from_the_others_knows_no_leader_and_serves_what_it_had
     use proto::etcdserverpb::maintenance_client::MaintenanceClient;
 
     let cluster = Cluster::new(3, 7);
-    let listener = TokioNet.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(model::serve(cluster.clone(), 2, listener, async {
-        let _ = stop_rx.await;
-    }));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_with_connector(proxy::net::Connector::new(Arc::new(TokioNet)))
-        .await
-        .unwrap();
+    let served = Served::start(&cluster, 2, false).await;
+    let channel = served.channel.clone();
     let mut kv = KvClient::new(channel.clone());
     let mut maintenance = MaintenanceClient::new(channel.clone());
     let put = |value: &str| PutRequest {
@@ -339,6 +352,5 @@ async fn a_member_cut_off_from_the_others_knows_no_leader_and_serves_what_it_had
     let written = kv.put(put("4")).await.unwrap().into_inner();
     assert!(written.header.unwrap().revision >= 4);
     drop(tx);
-    let _ = stop_tx.send(());
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
