@@ -386,6 +386,11 @@ impl Cluster {
     }
 }
 
+/// When the member accepted the connection a request came on (virtual time): an extension of every request, so
+/// that the streams recorded in the history say which connection they came on ([`StreamRecord`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectedAt(pub Duration);
+
 /// Marks a recorded stream closed when the member's stream task ends (normally, by error, or by a crash).
 pub struct StreamGuard {
     cluster: Cluster,

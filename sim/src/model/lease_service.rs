@@ -13,9 +13,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::cluster::{Cluster, stopped};
+use super::cluster::{Cluster, ConnectedAt, stopped};
 use super::history::StreamKind;
-use super::serve::ConnectedAt;
 
 pub struct LeaseService {
     pub cluster: Cluster,

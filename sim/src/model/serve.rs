@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use tonic::service::Routes;
 use tower::ServiceExt;
 
-use super::cluster::{Cluster, stopped};
+use super::cluster::{Cluster, ConnectedAt, stopped};
 use super::cluster_service::{ClusterService, MaintenanceService};
 use super::kv_service::KvService;
 use super::lease_service::LeaseService;
@@ -166,11 +166,6 @@ fn http2_builder(
         .keep_alive_timeout(timeout.unwrap_or(DEFAULT_KEEPALIVE_TIMEOUT));
     builder
 }
-
-/// When the member accepted the connection a request came on (virtual time): an extension of every request, so
-/// that the streams recorded in the history say which connection they came on ([`super::StreamRecord`]).
-#[derive(Clone, Copy, Debug)]
-pub struct ConnectedAt(pub Duration);
 
 /// What every connection of a member is served with.
 #[derive(Clone)]

@@ -23,10 +23,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::census::WatchedRange;
-use super::cluster::{Cluster, StreamGuard, stopped};
+use super::cluster::{Cluster, ConnectedAt, StreamGuard, stopped};
 use super::history::{AccessKind, StreamKind};
 use super::keyspace::KeyRange;
-use super::serve::ConnectedAt;
 
 pub struct WatchService {
     pub cluster: Cluster,
