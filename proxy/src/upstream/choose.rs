@@ -33,12 +33,44 @@ impl Upstream {
     /// Asks endpoint `index` for its Status, waiting at most `wait`.
     pub(super) async fn member_status(&self, index: usize, wait: Duration) -> Health {
         let mut client = MaintenanceClient::new(self.members.get(index).channel());
-        match tokio::time::timeout(wait, client.status(StatusRequest {})).await {
+        let answer = tokio::time::timeout(wait, client.status(StatusRequest {})).await;
+        if let Ok(Ok(status)) = &answer
+            && let Some(header) = &status.get_ref().header
+        {
+            // The member's revision is one etcd committed: a serializable answer older than it comes from a
+            // member that lags, and must not be passed on (`ordering`). This is how a proxy that just started
+            // (which has returned nothing yet) learns where its clients may already be.
+            self.returned_revision(header.revision);
+        }
+        match answer {
             Ok(Ok(status)) if status.get_ref().leader == 0 => Health::NoLeader,
             Ok(Ok(_)) => Health::Leader,
             Ok(Err(refused)) if error::is_auth_refusal(&refused) => Health::Leader,
             Ok(Err(_)) | Err(_) => Health::Silent,
         }
+    }
+
+    /// At start, with several endpoints: the first to answer Status with a leader becomes active in place of the
+    /// random `provisional` pick (kept if none does in time), as a failover chooses. A member cut off from the
+    /// majority would otherwise serve the first reads from whatever it had applied, behind what clients of the
+    /// proxy's previous run already read. Calls wait for the choice as for a failover's (at most [`CHOOSE_WAIT`]).
+    pub(super) async fn choose_first(self: Arc<Self>, provisional: usize) {
+        let everyone = self.members.live();
+        let (with_leader, _) = self.ask(everyone.into_iter()).await;
+        let chosen = with_leader.unwrap_or(provisional);
+        // /metrics names the chosen endpoint before any call can go to it.
+        for (index, active) in [(provisional, 0), (chosen, 1)] {
+            let endpoint = self.members.get(index).endpoint.clone();
+            self.metrics
+                .upstream_active
+                .with_label_values(&[endpoint.authority()])
+                .set(active);
+        }
+        tracing::info!(endpoint = %self.members.get(chosen).endpoint, "active etcd endpoint chosen");
+        self.active.send_modify(|state| {
+            state.choosing = false;
+            state.index = chosen;
+        });
     }
 
     /// Chooses the endpoint to serve in place of `from` and makes it active.

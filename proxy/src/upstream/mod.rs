@@ -149,7 +149,8 @@ impl Upstream {
                 .with_label_values(&[member.endpoint.authority()])
                 .set(i64::from(index == active));
         }
-        tracing::info!(endpoint = %members[active].endpoint, "active etcd endpoint chosen");
+        // With several endpoints the random pick is provisional until one answers with a leader (`choose_first`).
+        let choosing = members.len() > 1;
         let upstream = Arc::new(Self {
             members: Pool::new(members),
             connector,
@@ -158,7 +159,7 @@ impl Upstream {
             active: watch::Sender::new(ActiveState {
                 index: active,
                 epoch: 0,
-                choosing: false,
+                choosing,
             }),
             rng: Mutex::new(rng),
             metrics,
@@ -170,6 +171,11 @@ impl Upstream {
             revision_floor: config.serializable_ordering.then(RevisionFloor::default),
             shutdown,
         });
+        if choosing {
+            tokio::spawn(upstream.clone().choose_first(active));
+        } else {
+            tracing::info!(endpoint = %upstream.members.get(active).endpoint, "active etcd endpoint chosen");
+        }
         tokio::spawn(upstream.clone().heartbeat());
         if let Some(every) = config.endpoints_auto_sync {
             tokio::spawn(upstream.clone().auto_sync(every));
