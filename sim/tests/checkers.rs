@@ -638,6 +638,27 @@ fn lease_checker_accepts_a_renewal_sent_before_the_stop_and_read_when_a_hung_mem
     assert_eq!(check_leases(&not_hung, &client, 1, secs(9.0)).len(), 1);
 }
 
+/// A leader elected after the client stopped renewed every lease for TTL and an election timeout, as etcd's lessor
+/// does on promotion: the lease may live that long after the election, and no longer.
+#[test]
+fn lease_checker_allows_the_renewal_a_new_leader_gives_every_lease() {
+    let client = [lease_client(Some(2.0))];
+    let expired_at = |at: f64| {
+        let mut history = lease_history(Some((secs(at), LeaseEnd::Expired)), &[(0.0, 2.0)]);
+        history.elections.push(secs(2.5));
+        history
+    };
+    assert!(check_leases(&expired_at(6.4), &client, 1, secs(9.0)).is_empty());
+    assert_eq!(
+        check_leases(&expired_at(6.7), &client, 1, secs(9.0)).len(),
+        1
+    );
+    // Without the election the same lease had to be gone by stop + TTL + one interval.
+    let mut no_election = expired_at(6.4);
+    no_election.elections.clear();
+    assert_eq!(check_leases(&no_election, &client, 1, secs(9.0)).len(), 1);
+}
+
 #[test]
 fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
     let two = lease_history(None, &[(0.0, 4.0), (1.0, 5.0)]);

@@ -624,3 +624,29 @@ async fn the_watch_census_counts_live_watchers_per_stream_and_range() {
     assert_eq!(cluster.watch_census().total(), 1);
     drop((tx2, second));
 }
+
+/// Without a leader no lease expires; a new leader renews every lease for its TTL plus an election timeout, as
+/// etcd's lessor does on promotion.
+#[test]
+fn leases_wait_for_a_leader_and_a_new_one_renews_them_all() {
+    let secs = Duration::from_secs;
+    let mut store = Store::new();
+    let (id, ttl) = store.lease_grant(0, 2, T0, || 7).unwrap();
+    assert_eq!(ttl, 2);
+    store.pause_lease_expiry();
+    assert!(
+        !store.expire_leases(secs(5)),
+        "nothing expires without a leader"
+    );
+    store.promote_leases(secs(5), secs(1));
+    assert_eq!(store.history.elections, [secs(5)]);
+    assert!(!store.expire_leases(Duration::from_millis(7999)));
+    assert!(
+        store.expire_leases(secs(8)),
+        "TTL plus the election timeout after the election"
+    );
+    assert_eq!(
+        store.history.leases[&id].ended,
+        Some((secs(8), LeaseEnd::Expired))
+    );
+}

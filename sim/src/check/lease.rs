@@ -156,7 +156,15 @@ fn latest_expiry(
     log: &LeaseClientLog,
     stopped: Duration,
 ) -> Duration {
-    let latest = stopped + log.ttl + expiry_slack(log);
+    // A leader elected after the stop renewed every lease for TTL and an election timeout (etcd's lessor does on
+    // promotion).
+    let promoted = history
+        .elections
+        .iter()
+        .filter(|&&at| at >= stopped && record.ended.is_none_or(|(end, _)| at <= end))
+        .map(|&at| at + log.ttl + crate::model::ELECTION_TIMEOUT)
+        .max();
+    let latest = (stopped + log.ttl + expiry_slack(log)).max(promoted.unwrap_or_default());
     let late_read = record.keep_alives.last().filter(|&&(at, member)| {
         at > stopped && history.arrived_by(member, at) <= stopped + expiry_slack(log)
     });

@@ -21,6 +21,9 @@ use super::store::Store;
 /// etcd's default interval of progress notifications for watchers that asked for them.
 pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(10 * 60);
 
+/// etcd's default election timeout: what a new leader adds to every lease's TTL ([`Store::promote_leases`]).
+pub const ELECTION_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// How long a raft request waits for a leader before etcd gives up: its default request timeout (5 s plus two
 /// election timeouts of 1 s).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(7);
@@ -237,8 +240,17 @@ impl Cluster {
     /// Applies a change of who can lead; wakes every waiter (raft requests, and watch streams: a member that
     /// joined again delivers what it missed).
     fn change_leadership(&self, change: impl FnOnce(&mut Leadership) -> bool) {
-        if change(&mut lock(&self.shared.leadership)) {
+        let (elected, led) = {
+            let mut leadership = lock(&self.shared.leadership);
+            let elected = change(&mut leadership);
+            (elected, leadership.leader().is_some())
+        };
+        if elected {
             self.bump_term();
+            let now = self.now();
+            lock(&self.shared.store).promote_leases(now, ELECTION_TIMEOUT);
+        } else if !led {
+            lock(&self.shared.store).pause_lease_expiry();
         }
         self.shared
             .changed

@@ -101,6 +101,8 @@ pub struct History {
     pub streams: Vec<StreamRecord>,
     pub accesses: Vec<KeyAccess>,
     pub hangs: Vec<Hang>,
+    /// When a new leader was elected (each renewed every lease: [`super::Store::promote_leases`]).
+    pub elections: Vec<Duration>,
     /// When the proxy (the members' client) was restarted: streams sent by an instance before its restart may
     /// reach a member after it.
     pub proxy_restarts: Vec<Duration>,

@@ -139,8 +139,12 @@ impl Store {
         self.leases.keys().copied().collect()
     }
 
-    /// Ends every lease whose time is up (each deleting its keys in its own revision). Returns whether any ended.
+    /// Ends every lease whose time is up (each deleting its keys in its own revision), unless there is no leader.
+    /// Returns whether any ended.
     pub fn expire_leases(&mut self, now: Duration) -> bool {
+        if self.expiry_paused {
+            return false;
+        }
         let mut due: Vec<i64> = self
             .expiries
             .iter()
@@ -153,6 +157,24 @@ impl Store {
             self.end_lease(*id, now, LeaseEnd::Expired);
         }
         !due.is_empty()
+    }
+
+    /// The cluster lost its leader: no lease expires until one is elected ([`Store::promote_leases`]).
+    pub fn pause_lease_expiry(&mut self) {
+        self.expiry_paused = true;
+    }
+
+    /// A new leader was elected at `now`: as etcd's lessor does on promotion, every lease is renewed for its TTL
+    /// plus `extend` (an election timeout), since the new leader cannot tell when each was last renewed; leases
+    /// expire again from then on.
+    pub fn promote_leases(&mut self, now: Duration, extend: Duration) {
+        self.expiry_paused = false;
+        self.expiries.clear();
+        for (id, lease) in &mut self.leases {
+            lease.expires_at = now + extend + Duration::from_secs(lease.granted_ttl as u64);
+            self.expiries.insert((lease.expires_at, *id));
+        }
+        self.history.elections.push(now);
     }
 
     /// When the next lease expires, if any lease exists.

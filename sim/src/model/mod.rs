@@ -26,7 +26,7 @@ pub mod txn;
 mod watch_service;
 
 pub use census::{StreamWatchers, WatchCensus, WatchedRange};
-pub use cluster::Cluster;
+pub use cluster::{Cluster, ELECTION_TIMEOUT};
 pub use cluster_service::MODEL_VERSION;
 pub use history::{
     AccessKind, Hang, History, KeyAccess, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind,

@@ -44,6 +44,8 @@ pub struct Store {
     /// Every lease's `(expires_at, id)`, so that expiry finds the due leases without scanning them all (the
     /// store is consulted on every request, and a scenario keeps thousands of leases).
     pub(super) expiries: BTreeSet<(Duration, i64)>,
+    /// No leader: no lease expires (only a leader revokes expired leases) until one is elected.
+    pub(super) expiry_paused: bool,
     /// Events of the write in progress, committed as one revision by [`Store::commit`].
     staged: Vec<Event>,
     pub history: History,
@@ -64,6 +66,7 @@ impl Store {
             keys: BTreeMap::new(),
             leases: BTreeMap::new(),
             expiries: BTreeSet::new(),
+            expiry_paused: false,
             staged: Vec::new(),
             history: History::default(),
         }
