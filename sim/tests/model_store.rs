@@ -640,6 +640,7 @@ fn leases_wait_for_a_leader_and_a_new_one_renews_them_all() {
     );
     store.promote_leases(secs(5), secs(1));
     assert_eq!(store.history.elections, [secs(5)]);
+    assert_eq!(store.next_expiry(), Some(secs(8)));
     assert!(!store.expire_leases(Duration::from_millis(7999)));
     assert!(
         store.expire_leases(secs(8)),

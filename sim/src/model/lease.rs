@@ -177,8 +177,11 @@ impl Store {
         self.history.elections.push(now);
     }
 
-    /// When the next lease expires, if any lease exists.
+    /// When the next lease expires, if any lease exists and leases expire at all (not while there is no leader).
     pub fn next_expiry(&self) -> Option<Duration> {
+        if self.expiry_paused {
+            return None;
+        }
         self.expiries.first().map(|(expires_at, _)| *expires_at)
     }
 }
