@@ -638,8 +638,8 @@ fn lease_checker_accepts_a_renewal_sent_before_the_stop_and_read_when_a_hung_mem
     assert_eq!(check_leases(&not_hung, &client, 1, secs(9.0)).len(), 1);
 }
 
-/// A leader elected after the client stopped renewed every lease for TTL and an election timeout, as etcd's lessor
-/// does on promotion: the lease may live that long after the election, and no longer.
+/// A new leader renewed every lease for TTL and an election timeout, as etcd's lessor does on promotion: the lease
+/// may live that long after the election, and no longer.
 #[test]
 fn lease_checker_allows_the_renewal_a_new_leader_gives_every_lease() {
     let client = [lease_client(Some(2.0))];
@@ -657,6 +657,16 @@ fn lease_checker_allows_the_renewal_a_new_leader_gives_every_lease() {
     let mut no_election = expired_at(6.4);
     no_election.elections.clear();
     assert_eq!(check_leases(&no_election, &client, 1, secs(9.0)).len(), 1);
+    // An election just before the stop renewed the lease too.
+    let mut before_the_stop = expired_at(5.9);
+    before_the_stop.elections = vec![secs(1.9)];
+    assert!(check_leases(&before_the_stop, &client, 1, secs(9.0)).is_empty());
+    before_the_stop.leases.get_mut(&7).expect("the lease").ended =
+        Some((secs(6.0), LeaseEnd::Expired));
+    assert_eq!(
+        check_leases(&before_the_stop, &client, 1, secs(9.0)).len(),
+        1
+    );
 }
 
 #[test]

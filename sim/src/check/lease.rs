@@ -156,12 +156,12 @@ fn latest_expiry(
     log: &LeaseClientLog,
     stopped: Duration,
 ) -> Duration {
-    // A leader elected after the stop renewed every lease for TTL and an election timeout (etcd's lessor does on
-    // promotion).
+    // A new leader renewed every live lease for TTL and an election timeout (etcd's lessor does on promotion),
+    // whenever it was elected: just before the stop, that outlasts the stop's own bound.
     let promoted = history
         .elections
         .iter()
-        .filter(|&&at| at >= stopped && record.ended.is_none_or(|(end, _)| at <= end))
+        .filter(|&&at| record.ended.is_none_or(|(end, _)| at <= end))
         .map(|&at| at + log.ttl + crate::model::ELECTION_TIMEOUT)
         .max();
     let latest = (stopped + log.ttl + expiry_slack(log)).max(promoted.unwrap_or_default());
