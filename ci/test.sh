@@ -19,8 +19,9 @@ cargo test --workspace --locked
 # depend on how each etcd version words its refusals, TLS on how each checks certificates, and the hung-member ones on
 # how each elects and answers while a member is stopped, and the range cache's on whether progress answers can move
 # its copies (from 3.5.8: linearizable reads from the cache), and the progress ones on when etcd answers progress
-# requests (from 3.5.8: only when every watcher of the stream is synced), so they run again on 3.5.1 and 3.5.30 (installed by
+# requests (from 3.5.8: only when every watcher of the stream is synced), and the lease-auth, leader-probe, discovery and auto-sync ones
+# on whether etcd checks a renewal's token and answers Status and MemberList without one (all change in 3.5.30), so they run again on 3.5.1 and 3.5.30 (installed by
 # ci/install-conformance-deps.sh; testkit finds them, and under CI=true a missing one fails the run).
 for v in 3.5.1 3.5.30; do
-  TESTKIT_ETCD_VERSION=$v cargo test -p proxy --locked --test watch_auth --test tls --test hung_member --test range_cache --test watch_progress
+  TESTKIT_ETCD_VERSION=$v cargo test -p proxy --locked --test watch_auth --test tls --test hung_member --test range_cache --test watch_progress --test lease_auth --test auth_leader_probe --test discovery --test auto_sync
 done

@@ -17,6 +17,8 @@
 //!
 //! `bench failover` ([`failover`]) is a run of its own: a 3-member cluster, each member crashed, hung and
 //! partitioned in turn under load through this proxy, the Go proxy and etcdctl at once.
+//! `bench tree` ([`tree`]) is another: a mid proxy and leaf proxies in front of one etcd, 10,000 watchers on one
+//! key through the leaves, this proxy's tree and the Go proxy's in turn (issue 18).
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.
 
@@ -31,4 +33,5 @@ pub mod runner;
 pub mod services;
 pub mod sys;
 pub mod tls;
+pub mod tree;
 pub mod upstream;

@@ -1,6 +1,7 @@
 //! `bench`: runs the side-by-side benchmark and writes `<out-dir>/<name>.json`, `.md` and SVG charts; or, without
 //! running anything, renders an earlier run again (`--render`) or compares two runs (`--compare`); or, as
-//! `bench failover`, measures what a member's crash, hang or partition costs each target's clients.
+//! `bench failover`, measures what a member's crash, hang or partition costs each target's clients; or, as
+//! `bench tree`, measures a watch fan-out through a tree of this proxy and through a tree of the Go proxy.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -83,6 +84,10 @@ enum Mode {
     /// proxy, etcd's Go proxy and etcdctl at once; prints failed calls per route and this proxy's time to replace
     /// its active member (see `bench::failover`).
     Failover(bench::failover::Options),
+    /// One mid proxy in front of etcd and leaf proxies in front of it, 10,000 watchers on one key through the
+    /// leaves while the key is put: fan-out latency, lost events, watchers on etcd and each tier's CPU, for a tree
+    /// of this proxy and a tree of etcd's Go proxy in turn (see `bench::tree`).
+    Tree(bench::tree::Options),
 }
 
 fn main() -> ExitCode {
@@ -91,8 +96,10 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => e.exit(),
     };
-    if let Some(Mode::Failover(options)) = &args.mode {
-        return failover(options);
+    match &args.mode {
+        Some(Mode::Failover(options)) => return failover(options),
+        Some(Mode::Tree(options)) => return tree(options),
+        None => {}
     }
     if let Some(message) = overridden_flags(&matches, &args) {
         eprintln!("bench: {message}");
@@ -162,43 +169,84 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `bench failover`: runs, prints the markdown, writes it and the JSON. Ctrl-C ends the run by dropping it, which
-/// kills every process it started.
+/// `bench failover`: runs, prints the markdown, writes it and the JSON. Fails when a phase could not be run.
 fn failover(options: &bench::failover::Options) -> ExitCode {
+    let written = measure(
+        "bench failover",
+        |command| bench::failover::run(options, command),
+        bench::failover::table::render,
+        |report| bench::failover::write(report, &options.out_dir),
+    );
+    match written {
+        Some(report) if report.phases.iter().all(|p| p.failure.is_none()) => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// `bench tree`: runs, prints the markdown, writes it and the JSON. Fails when a tree could not be measured or its
+/// clients lost or repeated events.
+fn tree(options: &bench::tree::Options) -> ExitCode {
+    let Some(report) = measure(
+        "bench tree",
+        |command| bench::tree::run(options, command),
+        bench::tree::table::render,
+        |report| bench::tree::write(report, &options.out_dir),
+    ) else {
+        return ExitCode::FAILURE;
+    };
+    let planned = report.planned_puts();
+    if report.trees.iter().any(|t| !t.losses(planned).is_empty()) {
+        eprintln!(
+            "bench tree: some tree lost or repeated events, or was not measured: see the report"
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// Runs a measurement of its own (`bench failover`, `bench tree`) on a fresh runtime, given the command line;
+/// prints its markdown and writes its files. Ctrl-C ends the run by dropping it, which kills every process it
+/// started. `None` (after saying why) when it could not run or its report could not be written.
+fn measure<R, F>(
+    name: &str,
+    run: impl FnOnce(String) -> F,
+    render: impl FnOnce(&R) -> String,
+    write: impl FnOnce(&R) -> Result<Vec<PathBuf>, String>,
+) -> Option<R>
+where
+    F: std::future::Future<Output = Result<R, String>>,
+{
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("bench: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return None;
         }
     };
     let command = std::env::var("BENCH_COMMAND")
         .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
     let outcome = runtime.block_on(async {
         tokio::select! {
-            report = bench::failover::run(options, command) => report,
+            report = run(command) => report,
             _ = tokio::signal::ctrl_c() => Err("interrupted".to_string()),
         }
     });
     let report = match outcome {
         Ok(report) => report,
         Err(e) => {
-            eprintln!("bench failover: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("{name}: {e}");
+            return None;
         }
     };
-    println!("{}", bench::failover::table::render(&report));
-    match bench::failover::write(&report, &options.out_dir) {
+    println!("{}", render(&report));
+    match write(&report) {
         Ok(paths) => paths.iter().for_each(|p| eprintln!("{}", p.display())),
         Err(e) => {
-            eprintln!("bench failover: cannot write the report: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("{name}: cannot write the report: {e}");
+            return None;
         }
     }
-    if report.phases.iter().any(|p| p.failure.is_some()) {
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    Some(report)
 }
 
 /// The size and timing flags given on the command line that `--quick` or `--scale` would silently override, as
@@ -356,6 +404,17 @@ mod tests {
             Args::try_parse_from(["bench", "--quick", "failover"]).is_err(),
             "the side-by-side run's flags do not mix with it"
         );
+    }
+
+    #[test]
+    fn tree_is_a_subcommand_that_needs_no_targets() {
+        let args = Args::try_parse_from(["bench", "tree", "--leaves", "2", "--target", "go"])
+            .expect("tree stands alone");
+        let Some(Mode::Tree(options)) = args.mode else {
+            panic!("not the tree mode: {:?}", args.mode);
+        };
+        assert_eq!(options.leaves, 2);
+        assert_eq!(options.targets, vec![bench::tree::TreeTarget::Go]);
     }
 
     #[test]

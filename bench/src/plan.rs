@@ -220,6 +220,30 @@ impl EtcdBinary {
     }
 }
 
+/// The etcd a single-version run uses: `named` if given, else the newest version the test kit finds installed.
+pub fn named_or_newest(named: Option<&EtcdBinary>) -> Result<testkit::Binaries, String> {
+    if let Some(etcd) = named {
+        return etcd.binaries();
+    }
+    testkit::Version::ALL
+        .iter()
+        .rev()
+        .find_map(|v| v.binaries().ok())
+        .ok_or_else(|| {
+            "no etcd version the test kit knows is installed; run ci/install-conformance-deps.sh"
+                .into()
+        })
+}
+
+/// This proxy's binary: `named` if given, else the test kit's (`ETCD_GRPC_PROXY_BIN`, else the release build,
+/// built or confirmed up to date by cargo).
+pub fn proxy_binary(named: Option<&PathBuf>) -> Result<PathBuf, String> {
+    match named {
+        Some(bin) => Ok(bin.clone()),
+        None => testkit::proxy::binary(),
+    }
+}
+
 /// The sizes of every scenario and the shape of the load. Defaults are the full run's sizes.
 #[derive(Clone, Debug, Serialize, Deserialize, clap::Args)]
 pub struct Sizes {

@@ -275,6 +275,7 @@ async fn run_once(
                     Target::Direct => Vec::new(),
                     _ => plan.namespace.as_bytes().to_vec(),
                 },
+                warmup_event: false,
             };
             let (tally, stats) = fanout.run(&channels, direct.clone(), &meter).await;
             watch = Some(stats);

@@ -114,6 +114,10 @@ impl GoProxy {
     pub fn addr(&self) -> &str {
         &self.addr
     }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
 }
 
 /// The flag that turns this proxy's range cache on (256 MiB), passed explicitly so the benchmark measures the cache

@@ -116,6 +116,10 @@ impl BoundProxy {
             stop_rx.clone(),
         );
         let rpc = rpc::Rpc::new(&upstream, &metrics, &self.config);
+        if let Some(every) = self.config.endpoints_auto_sync {
+            // As the proxy's user, if it has one: etcd 3.5.30 lists its members only to a caller with a token.
+            tokio::spawn(upstream.clone().auto_sync(every, rpc.identity().cloned()));
+        }
         let registration = self
             .config
             .advertise

@@ -143,3 +143,46 @@ async fn every_member_is_replaced_under_the_proxy_without_a_failed_read() {
     assert!(failures.is_empty(), "failed reads: {failures:?}");
     eprintln!("{} reads, none failed", reads.load(Ordering::Acquire));
 }
+
+/// Under etcd auth, auto-sync asks MemberList as the proxy's `--user`: etcd 3.5.30 lists its members only to a
+/// caller with a valid token, so a tokenless sync would fail every time and change nothing. Started with a second
+/// endpoint that is no member (nothing listens there), the proxy must come to use the one member alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auth_auto_sync_lists_the_members_as_the_proxys_user() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "plain:plainpw"],
+        &["auth", "enable"],
+    ] {
+        cluster.etcdctl(0).ok(args).await;
+    }
+    let member = cluster.endpoint(0);
+    let stray = format!("127.0.0.1:{}", testkit::ports::free_port());
+    let sync = format!("--endpoints-auto-sync-interval={SYNC_EVERY}");
+    let proxy = support::proxy::start(
+        &[member.clone(), stray],
+        &[sync.as_str(), "--user=plain:plainpw"],
+    )
+    .await;
+    wait_for(
+        "the stray endpoint retired",
+        Duration::from_secs(20),
+        || {
+            let proxy = &proxy;
+            let member = member.clone();
+            async move {
+                let in_use = endpoints_in_use(&proxy.metrics().await);
+                if in_use == [member.clone()] {
+                    Ok(())
+                } else {
+                    Err(format!("endpoints in use: {in_use:?}"))
+                }
+            }
+        },
+    )
+    .await;
+}

@@ -216,6 +216,31 @@ async fn client_as(endpoint: &str, user: &str, password: &str) -> Client {
         .expect("connect with a user")
 }
 
+/// Turns etcd's auth on with root, `fleet` (who may read and write under `fleet/`) and `others` (`NAME:PASSWORD`,
+/// without roles).
+async fn enable_auth_with_fleet_writer(cluster: &EtcdCluster, others: &[&str]) {
+    let grant = [
+        "role",
+        "grant-permission",
+        "--prefix=true",
+        "fleet-writer",
+        "readwrite",
+        "fleet/",
+    ];
+    let mut steps: Vec<Vec<&str>> = vec![
+        vec!["user", "add", "root:rootpw"],
+        vec!["user", "add", "fleet:fleetpw"],
+        vec!["role", "add", "fleet-writer"],
+        grant.to_vec(),
+        vec!["user", "grant-role", "fleet", "fleet-writer"],
+    ];
+    steps.extend(others.iter().map(|other| vec!["user", "add", other]));
+    steps.push(vec!["auth", "enable"]);
+    for args in &steps {
+        cluster.etcdctl(0).ok(args).await;
+    }
+}
+
 /// Under etcd auth the proxy registers as its own user (`--user`). A proxy whose user may not write under the
 /// prefix logs etcd's refusal and tries again, serves its clients meanwhile, and leaves no lease behind for a
 /// refused attempt (each attempt grants a lease before the write is refused).
@@ -226,24 +251,7 @@ async fn under_auth_a_proxy_registers_as_its_user_and_a_refused_one_retries_and_
     };
     let cluster = support::cluster(&binaries, 1, &[]).await;
     let etcd = cluster.endpoint(0);
-    for args in [
-        &["user", "add", "root:rootpw"][..],
-        &["user", "add", "fleet:fleetpw"],
-        &["role", "add", "fleet-writer"],
-        &[
-            "role",
-            "grant-permission",
-            "--prefix=true",
-            "fleet-writer",
-            "readwrite",
-            "fleet/",
-        ],
-        &["user", "grant-role", "fleet", "fleet-writer"],
-        &["user", "add", "nobody:nobodypw"],
-        &["auth", "enable"],
-    ] {
-        cluster.etcdctl(0).ok(args).await;
-    }
+    enable_auth_with_fleet_writer(&cluster, &["nobody:nobodypw"]).await;
     let prefix = "fleet";
     let start = |user: &'static str| {
         let endpoints = cluster.endpoints();
@@ -358,4 +366,126 @@ async fn under_auth_a_proxy_registers_as_its_user_and_a_refused_one_retries_and_
         "refused attempts left leases behind: {left:?} (before {before:?}, after {after:?})"
     );
     root.delete("k", None).await.expect("clean up");
+}
+
+/// Under etcd auth the registration lease is renewed as the proxy's own user: etcd 3.5.30 refuses a renewal
+/// without a token ("user name is empty"), so a proxy renewing without one loses its registration within its
+/// TTL. The lease and the key must outlive two TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auth_the_registration_is_renewed_as_the_proxys_user() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let etcd = cluster.endpoint(0);
+    enable_auth_with_fleet_writer(&cluster, &[]).await;
+    let flags = [
+        "--user=fleet:fleetpw".to_string(),
+        "--resolver-prefix=fleet".to_string(),
+        format!("--resolver-ttl={TTL}"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let proxy = support::proxy::start(&cluster.endpoints(), &flags).await;
+    let key = format!("fleet/{}", proxy.addr());
+    let mut root = client_as(&etcd, "root", "rootpw").await;
+    let lease = {
+        let root = root.clone();
+        let key = key.clone();
+        wait_for("the registration", REGISTER_WITHIN, move || {
+            let (mut root, key) = (root.clone(), key.clone());
+            async move {
+                let got = root
+                    .get(key.as_str(), None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                got.kvs()
+                    .first()
+                    .map(|kv| kv.lease())
+                    .ok_or_else(|| "not registered yet".to_string())
+            }
+        })
+        .await
+    };
+    // Unrenewed, the lease would be gone after its TTL (plus etcd's expiry loop). It must live through two TTLs:
+    // renewals come every third of it.
+    let registered_at = Instant::now();
+    let outlive = Duration::from_secs(2 * TTL) + ETCD_EXPIRY_CHECK;
+    while registered_at.elapsed() < outlive {
+        let ttl = root
+            .lease_time_to_live(lease, None)
+            .await
+            .expect("TimeToLive as root")
+            .ttl();
+        assert!(
+            ttl > 0,
+            "the registration lease expired {:?} after the registration: the proxy did not renew it",
+            registered_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = root.get(key.as_str(), None).await.unwrap();
+    assert_eq!(got.kvs().len(), 1, "the registration is still there");
+}
+
+/// MemberList through a proxy that answers it with the fleet (the default) refuses whom etcd refuses: under auth,
+/// etcd 3.5.30 lists its members only to a caller with a valid token ("user name is empty" without one); earlier
+/// versions list them to anyone. Each caller's outcome through the proxy matches its outcome directly; a caller
+/// etcd lets list gets the proxy's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auth_member_list_through_the_proxy_is_refused_as_etcd_refuses_it() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let etcd = cluster.endpoint(0);
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "plain:plainpw"],
+        &["auth", "enable"],
+    ] {
+        cluster.etcdctl(0).ok(args).await;
+    }
+    let proxy = support::proxy::start(&cluster.endpoints(), &[]).await;
+    let addr = proxy.addr();
+    let root = support::grpc::token(&etcd, "root", "rootpw").await;
+    let plain = support::grpc::token(&etcd, "plain", "plainpw").await;
+    let list = |endpoint: String, token: String| async move {
+        let request = proto::etcdserverpb::MemberListRequest {
+            linearizable: false,
+        };
+        let request = if token.is_empty() {
+            tonic::Request::new(request)
+        } else {
+            support::grpc::with_meta(request, "token", &token)
+        };
+        proto::etcdserverpb::cluster_client::ClusterClient::new(
+            support::grpc::channel(&endpoint).await,
+        )
+        .member_list(request)
+        .await
+        .map(|answer| {
+            answer
+                .into_inner()
+                .members
+                .iter()
+                .map(|m| m.client_ur_ls.join(","))
+                .collect::<Vec<_>>()
+        })
+        .map_err(|refused| support::grpc::status(&refused))
+    };
+    for (who, token) in [
+        ("root", root),
+        ("a user without the root role", plain),
+        ("no token", String::new()),
+    ] {
+        let direct = list(etcd.clone(), token.clone()).await;
+        let proxied = list(addr.clone(), token).await;
+        match (&direct, &proxied) {
+            (Ok(_), Ok(listed)) => {
+                assert_eq!(listed, &vec![addr.clone()], "{who}: the proxy lists itself")
+            }
+            (Err(direct), Err(proxied)) => assert_eq!(proxied, direct, "{who}"),
+            _ => panic!("{who}: directly {direct:?}, through the proxy {proxied:?}"),
+        }
+    }
 }

@@ -283,9 +283,20 @@ async fn failover_scenario(binaries: &Binaries, kill_leader: bool, prefix: &'sta
         .filter(|&i| i != victim)
         .map(|i| cluster.endpoint(i))
         .collect();
-    wait_for("the survivors to agree on a leader", PHASE_TIMEOUT, || {
-        member_ids_and_leader(&survivors)
-    })
+    // A leader among them: until their election timeout passes, the survivors still name the killed leader.
+    wait_for(
+        "the survivors to agree on a leader",
+        PHASE_TIMEOUT,
+        || async {
+            let (ids, leader) = member_ids_and_leader(&survivors).await?;
+            match ids.contains(&leader) {
+                true => Ok(()),
+                false => Err(format!(
+                    "the survivors still name {leader:x}, which is not one of them"
+                )),
+            }
+        },
+    )
     .await;
     let leader_back = Instant::now();
 

@@ -8,33 +8,19 @@ mod support;
 
 use std::time::Duration;
 
-use proto::etcdserverpb::auth_client::AuthClient;
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::watch_client::WatchClient;
 use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::etcdserverpb::{
-    AuthenticateRequest, PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
+    PutRequest, RangeRequest, WatchCreateRequest, WatchRequest, WatchResponse,
 };
-use support::grpc::{channel, with_meta};
+use support::grpc::{channel, token, with_meta};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-async fn token(addr: &str, name: &str, password: &str) -> String {
-    let request = AuthenticateRequest {
-        name: name.into(),
-        password: password.into(),
-    };
-    AuthClient::new(channel(addr).await)
-        .authenticate(request)
-        .await
-        .unwrap()
-        .into_inner()
-        .token
-}
 
 /// Opens a Watch stream with `token` (none if empty) and creates one watcher on `key`; returns the stream and the
 /// create answer.

@@ -94,6 +94,7 @@ fn watcher(received: Vec<Event>) -> WatcherLog {
         prev_kv: false,
         no_put: false,
         no_delete: false,
+        caller: None,
         start: Some(WatchStart::Revision(2)),
         received_at: vec![Duration::ZERO; received.len()],
         received,
@@ -1247,4 +1248,159 @@ fn cache_hits_are_summed_over_proxy_restarts() {
     // The counters fell: a new proxy process, which counted these from zero.
     metrics.observe(Some((5, 2)), (1, 4));
     assert_eq!((metrics.scrapes, metrics.hits, metrics.misses), (3, 6, 6));
+}
+
+/// The auth scenario's users, on a model cluster: alice may read `k/`..`k0`.
+fn auth_cluster() -> sim::model::Cluster {
+    let cluster = sim::model::Cluster::new(3, 1);
+    sim::scenario::auth::set_up(&cluster);
+    cluster
+}
+
+fn alices(key: &str, range_end: &str, end: WatchEnd, received: Vec<Event>) -> WatcherLog {
+    let mut log = watcher(received);
+    log.caller = Some("alice".into());
+    log.key = key.into();
+    log.range_end = range_end.into();
+    log.end = end;
+    log
+}
+
+#[test]
+fn a_forbidden_watcher_must_be_refused_with_etcds_reason_and_receive_nothing() {
+    use sim::check::auth::{PERMISSION_DENIED_REASON, check_forbidden_watcher, permitted};
+    let cluster = auth_cluster();
+    let refused = || WatchEnd::Refused {
+        reason: PERMISSION_DENIED_REASON.into(),
+    };
+    // Every key from "\0" on: alice may not read it all.
+    let forbidden = alices("\0", "\0", refused(), Vec::new());
+    assert!(!permitted(&cluster, &forbidden));
+    assert_eq!(check_forbidden_watcher(&forbidden), Ok(()));
+    // It received events: a leak.
+    let history = kv_history();
+    let leaked = alices("\0", "\0", refused(), all_events(&history));
+    assert!(check_forbidden_watcher(&leaked).is_err());
+    // Never refused (the run ended before anything came, or it was served): not checked, so a violation.
+    for end in [WatchEnd::Unconfirmed, WatchEnd::CompleteThrough(6)] {
+        assert!(check_forbidden_watcher(&alices("\0", "\0", end, Vec::new())).is_err());
+    }
+    // Refused for another reason (an invalid token): not the refusal etcd gives a forbidden watcher.
+    let other = WatchEnd::Refused {
+        reason: "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token".into(),
+    };
+    assert!(check_forbidden_watcher(&alices("\0", "\0", other, Vec::new())).is_err());
+    // Her own prefix is permitted, and checked as any watcher; without a caller, nothing is forbidden.
+    assert!(permitted(
+        &cluster,
+        &alices("k/", "k0", refused(), Vec::new())
+    ));
+    assert!(permitted(&cluster, &watcher(Vec::new())));
+}
+
+/// etcd 3.5.30 (the model) lets alice watch from `k/4` on, checking `k/4` alone; she may not read every key from
+/// there on, so the checker holds the proxy to refusing it (GHSA-xg4h-6gfc-h4m8), and a run must have watchers of
+/// both kinds.
+#[test]
+fn a_watch_from_a_key_on_is_judged_on_every_key_it_covers_and_a_run_needs_both_kinds() {
+    use sim::check::auth::{check_both_kinds, permitted};
+    let cluster = auth_cluster();
+    let from_k4 = alices("k/4", "\0", WatchEnd::Unconfirmed, Vec::new());
+    assert!(!permitted(&cluster, &from_k4));
+    assert_eq!(check_both_kinds(2, 1), Ok(()));
+    assert!(check_both_kinds(3, 0).is_err());
+    assert!(check_both_kinds(0, 3).is_err());
+}
+
+/// A read by `user` of `key`..`range_end` at `at` seconds, answered with nothing at revision 1 (the model's state
+/// there: `kv_history` writes from revision 2), or failed with `code`.
+fn user_read(
+    user: &str,
+    key: &str,
+    range_end: &str,
+    at: f64,
+    failed: Option<Code>,
+) -> sim::check::auth::UserRead {
+    use proto::etcdserverpb::{RangeResponse, ResponseHeader};
+    use sim::check::cache::{ReadLog, ReadOutcome};
+    let outcome = match failed {
+        None => ReadOutcome::Answer(RangeResponse {
+            header: Some(ResponseHeader {
+                revision: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        Some(code) => ReadOutcome::Failed {
+            code,
+            message: match code {
+                Code::PermissionDenied => "etcdserver: permission denied".into(),
+                _ => "etcdserver: invalid auth token".into(),
+            },
+        },
+    };
+    sim::check::auth::UserRead {
+        user: user.into(),
+        read: ReadLog {
+            client: format!("{user}-reader"),
+            started: secs(at),
+            finished: secs(at + 0.01),
+            request: RangeRequest {
+                key: key.into(),
+                range_end: range_end.into(),
+                serializable: true,
+                ..Default::default()
+            },
+            outcome,
+        },
+    }
+}
+
+#[test]
+fn a_forbidden_read_is_never_answered_even_after_another_users_read_of_it_was() {
+    use sim::check::auth::check_reads;
+    let cluster = auth_cluster();
+    let history = kv_history();
+    // Alice reads her prefix (answered, at a revision where it is empty) five times; bob, who may not read it,
+    // is refused five times after.
+    let mut reads: Vec<_> = (0..5)
+        .map(|i| user_read("alice", "k/", "k0", 0.001 * f64::from(i), None))
+        .collect();
+    reads.extend((0..5).map(|i| {
+        user_read(
+            "bob",
+            "k/",
+            "k0",
+            0.1 + 0.001 * f64::from(i),
+            Some(Code::PermissionDenied),
+        )
+    }));
+    assert_eq!(
+        check_reads(&cluster, &history, &reads),
+        Vec::<String>::new()
+    );
+    // One of bob's reads answered (from a copy alice's reads filled): a leak.
+    let mut leaked = reads.clone();
+    leaked.push(user_read("bob", "k/", "k0", 0.2, None));
+    let violations = check_reads(&cluster, &history, &leaked);
+    assert!(
+        violations.iter().any(|v| v.contains("may not read")),
+        "{violations:?}"
+    );
+    // Refusals for an invalid token leak nothing, but do not count: too little was checked.
+    let mut expired = reads[..5].to_vec();
+    expired.extend((0..5).map(|i| {
+        user_read(
+            "bob",
+            "k/",
+            "k0",
+            0.1 + 0.001 * f64::from(i),
+            Some(Code::Unauthenticated),
+        )
+    }));
+    let violations = check_reads(&cluster, &history, &expired);
+    assert!(
+        violations.iter().any(|v| v.contains("too little checked")),
+        "{violations:?}"
+    );
 }

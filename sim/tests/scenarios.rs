@@ -102,6 +102,11 @@ fn fleet_scenario_ten_chained_proxies_keep_every_promise_and_coalesce_through_th
 }
 
 #[test]
+fn auth_scenario_watchers_see_exactly_what_their_users_may_read_as_tokens_expire() {
+    sweep(Scenario::Auth);
+}
+
+#[test]
 fn one_seed_gives_one_trace_digest() {
     let seed = seeds::sweep()[0];
     for scenario in Scenario::ALL {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use testkit::{Binaries, EtcdCluster, Etcdctl, ProxyProcess, Version, http};
+use testkit::{Binaries, EtcdCluster, Etcdctl, ProxyProcess, http};
 use tokio::time::Instant;
 
 use crate::load::dial::Dialer;
@@ -138,21 +138,11 @@ impl Options {
 
     /// The etcd binaries: the ones named, or the newest version installed.
     fn binaries(&self) -> Result<Binaries, String> {
-        if let Some(etcd) = &self.etcd {
-            return etcd.binaries();
-        }
-        Version::ALL
-            .iter()
-            .rev()
-            .find_map(|v| v.binaries().ok())
-            .ok_or_else(|| "no etcd version the test kit knows is installed; run ci/install-conformance-deps.sh".into())
+        crate::plan::named_or_newest(self.etcd.as_ref())
     }
 
     fn proxy_bin(&self) -> Result<PathBuf, String> {
-        match &self.proxy_bin {
-            Some(bin) => Ok(bin.clone()),
-            None => testkit::proxy::binary(),
-        }
+        crate::plan::proxy_binary(self.proxy_bin.as_ref())
     }
 }
 
@@ -477,7 +467,7 @@ async fn is_leader(addr: &str) -> Option<bool> {
 }
 
 /// The machine's 1-minute load average (`/proc/loadavg`).
-fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()

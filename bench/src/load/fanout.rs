@@ -26,6 +26,8 @@ pub struct FanoutSummary {
     pub complete: u64,
     /// Puts some watcher never received: their fan-out never finished, so they have no latency.
     pub incomplete: u64,
+    /// Deliveries that never came: over the issued puts, the watchers each put fell short of.
+    pub missing: u64,
     /// Put to last delivery over the complete puts; None if none was complete.
     pub latency: Option<Latency>,
 }
@@ -63,16 +65,17 @@ impl PutDeliveries {
     }
 
     /// Fan-out of the puts that were issued (`issued[seq]`): a put is complete when at least `watchers` watchers
-    /// received it (more would be duplicates, which completeness shows), and its latency runs from its issue to
-    /// its last delivery.
+    /// received it (callers record a watcher's first delivery of a put only, so a duplicate cannot stand in for a
+    /// watcher that missed it), and its latency runs from its issue to its last delivery.
     pub fn summarize(&self, issued: &[Option<Instant>], watchers: u64) -> FanoutSummary {
         let mut latencies = Recorder::new();
-        let (mut complete, mut incomplete) = (0, 0);
+        let (mut complete, mut incomplete, mut missing) = (0, 0, 0);
         for (seq, issued_at) in issued.iter().enumerate() {
             let Some(issued_at) = issued_at else {
                 continue;
             };
             let count = self.counts.get(seq).copied().unwrap_or(0);
+            missing += watchers.saturating_sub(count);
             match self.last.get(seq).copied().flatten() {
                 Some(last) if count >= watchers && watchers > 0 => {
                     complete += 1;
@@ -84,6 +87,7 @@ impl PutDeliveries {
         FanoutSummary {
             complete,
             incomplete,
+            missing,
             latency: latencies.tally(Duration::from_secs(1)).latency,
         }
     }
@@ -132,6 +136,7 @@ mod tests {
         d.record(7, t0); // beyond the planned puts: ignored
         let summary = d.summarize(&issued, 2);
         assert_eq!((summary.complete, summary.incomplete), (1, 1));
+        assert_eq!(summary.missing, 1, "put 1 reached one of its two watchers");
         let latency = summary.latency.expect("put 0 is complete");
         assert!((latency.max_ms - 2.0).abs() < 0.1, "{latency:?}");
     }
@@ -144,6 +149,7 @@ mod tests {
             (summary.complete, summary.incomplete, summary.latency),
             (0, 1, None)
         );
+        assert_eq!(summary.missing, 3);
         let summary = PutDeliveries::new(1).summarize(&[Some(t0)], 0);
         assert_eq!((summary.complete, summary.incomplete), (0, 1));
     }

@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s CPU fields (`getconf CLK_TCK`; 100 on every Linux we run).
-fn ticks_per_second() -> f64 {
+pub fn ticks_per_second() -> f64 {
     static TICKS: OnceLock<f64> = OnceLock::new();
     *TICKS.get_or_init(|| {
         std::process::Command::new("getconf")

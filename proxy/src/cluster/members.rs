@@ -1,15 +1,20 @@
 //! MemberList with `--advertise-client-url`: clients that sync their endpoints from MemberList (clientv3's `Sync`,
 //! `--endpoints-auto-sync-interval`) must find proxies there, not etcd's members, or they route around the proxy.
 //! So the answer lists the proxies registered under `--resolver-prefix`, or else this proxy alone, as etcd's Go
-//! proxy answers; without an advertised URL, MemberList passes through to etcd.
+//! proxy answers; without an advertised URL, MemberList passes through to etcd. A caller etcd refuses its
+//! MemberList (under auth, etcd 3.5.30 lists the members only to users: not without a token) is refused the same
+//! way.
 
 use std::sync::Arc;
 
-use proto::etcdserverpb::{Member, MemberListResponse, RangeRequest, RangeResponse};
-use tonic::Request;
+use proto::etcdserverpb::{
+    Member, MemberListRequest, MemberListResponse, RangeRequest, RangeResponse,
+};
+use tonic::{Request, Status};
 
 use super::entry;
 use crate::config::Advertise;
+use crate::error;
 use crate::upstream::identity::Identity;
 use crate::upstream::{Retry, Upstream, path};
 
@@ -40,8 +45,10 @@ impl Members {
 
     /// The answer to a MemberList call whose caller sent `token`: the registered proxies, or, when none can be
     /// read (none registered yet, etcd unreachable, no permission), this proxy alone. Like etcd's Go proxy's, the
-    /// answer has no header: it does not come from one member.
-    pub async fn answer(&self, token: Option<String>) -> MemberListResponse {
+    /// answer has no header: it does not come from one member. A caller etcd would refuse is refused
+    /// ([`Members::check_caller`]).
+    pub async fn answer(&self, token: Option<String>) -> Result<MemberListResponse, Status> {
+        self.check_caller(token.as_deref()).await?;
         let mut members = match &self.registrations {
             Some(prefix) => self.registered(prefix, token).await,
             None => Vec::new(),
@@ -49,9 +56,29 @@ impl Members {
         if members.is_empty() {
             members.push(member(&self.advertise.url, &self.advertise.name));
         }
-        MemberListResponse {
+        Ok(MemberListResponse {
             header: None,
             members,
+        })
+    }
+
+    /// Refuses the caller with `token` if etcd refuses it its own MemberList: with auth on, etcd 3.5.30 and later
+    /// list the members only to a caller with a valid token. The caller's MemberList goes to etcd with its token, and only an
+    /// auth refusal is passed on: etcd unreachable does not keep the proxy from listing the fleet.
+    async fn check_caller(&self, token: Option<&str>) -> Result<(), Status> {
+        let mut request = Request::new(MemberListRequest {
+            linearizable: false,
+        });
+        if let Some(token) = token.and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("token", token);
+        }
+        let asked = self
+            .upstream
+            .call::<_, MemberListResponse>(Retry::ReadOnly, path::MEMBER_LIST, request)
+            .await;
+        match asked {
+            Err(refused) if error::is_auth_refusal(&refused) => Err(refused),
+            _ => Ok(()),
         }
     }
 

@@ -134,7 +134,21 @@ impl Registrar {
                 _ = &mut *stopped => return Ended::Stopped,
                 _ = tokio::time::sleep(every) => {}
             }
-            match tokio::time::timeout(every, self.lease.renew(lease)).await {
+            // etcd checks the token of each renewal (3.5.30 on): the proxy renews as its user.
+            let renewal = async {
+                let token = self.token().await?;
+                let renewed = self.lease.renew(lease, token.clone()).await;
+                if let (Err(status), Some(identity)) = (&renewed, &self.identity)
+                    && crate::error::is_auth_refusal(status)
+                    && status.code() != tonic::Code::PermissionDenied
+                {
+                    // The token is gone (an etcd restart forgets every token) or auth was turned on since: the
+                    // next renewal authenticates again.
+                    identity.forget(token.as_deref()).await;
+                }
+                renewed
+            };
+            match tokio::time::timeout(every, renewal).await {
                 Ok(Ok(renewed)) if renewed.ttl > 0 => {}
                 Ok(Ok(_)) => return Ended::Lost,
                 // The upstream is failing over or unreachable: the next renewal tells whether the lease outlived it.
@@ -156,6 +170,14 @@ impl Registrar {
         }
     }
 
+    /// The proxy's token, if it has an identity (and etcd's auth is on).
+    async fn token(&self) -> Result<Option<String>, Status> {
+        match &self.identity {
+            Some(identity) => identity.token(&self.upstream).await,
+            None => Ok(None),
+        }
+    }
+
     /// A write with the proxy's token, if it has an identity.
     async fn call<Req, Resp>(&self, path: &'static str, message: Req) -> Result<Resp, Status>
     where
@@ -163,8 +185,7 @@ impl Registrar {
         Resp: prost::Message + Default,
     {
         let mut request = Request::new(message);
-        if let Some(identity) = &self.identity
-            && let Some(token) = identity.token(&self.upstream).await?
+        if let Some(token) = self.token().await?
             && let Ok(token) = token.parse()
         {
             request.metadata_mut().insert("token", token);

@@ -1,4 +1,5 @@
-//! The keep-alive coalescer: one upstream LeaseKeepAlive stream carries the renewals of every client stream.
+//! The keep-alive coalescer: one upstream LeaseKeepAlive stream carries the renewals of every client stream with one
+//! token (the caller's, sent upstream with each stream it opens; see [`super`] for why one per token).
 //!
 //! Rules (each is what a client connected directly to etcd would observe):
 //! - A client request is answered with the TTL of a renewal that etcd performed *after* the request arrived: each
@@ -22,6 +23,7 @@ use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status, Streaming};
 
 use crate::error;
@@ -70,8 +72,14 @@ const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Requests taken from the queue in one go (bounds the work between two looks at the upstream stream).
 const DRAIN_BATCH: usize = 4096;
 
-/// Runs the coalescer until every sender of `requests` is gone.
-pub async fn run(upstream: Arc<Upstream>, metrics: Metrics, mut requests: mpsc::Receiver<Renew>) {
+/// Runs the coalescer of the callers with `token` until every sender of `requests` is gone.
+pub async fn run(
+    upstream: Arc<Upstream>,
+    metrics: Metrics,
+    mut requests: mpsc::Receiver<Renew>,
+    token: Option<String>,
+) {
+    let token = token.and_then(|token| token.parse::<MetadataValue<Ascii>>().ok());
     let mut leases: BTreeMap<i64, LeaseRenewals> = BTreeMap::new();
     let mut backoff = REOPEN_BACKOFF_START;
     loop {
@@ -85,7 +93,13 @@ pub async fn run(upstream: Arc<Upstream>, metrics: Metrics, mut requests: mpsc::
             queue(&mut leases, first);
         }
         let pick = upstream.serving().await;
-        let outcome = serve_stream(&upstream, &metrics, &pick, &mut leases, &mut requests).await;
+        let stream = Stream {
+            upstream: &upstream,
+            metrics: &metrics,
+            pick: &pick,
+            token: token.as_ref(),
+        };
+        let outcome = stream.serve(&mut leases, &mut requests).await;
         match outcome {
             StreamEnd::ClientsGone => return,
             StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
@@ -122,76 +136,92 @@ enum StreamEnd {
     Moved,
 }
 
-/// Serves one upstream stream until it ends.
-async fn serve_stream(
-    upstream: &Arc<Upstream>,
-    metrics: &Metrics,
-    pick: &Active,
-    leases: &mut BTreeMap<i64, LeaseRenewals>,
-    requests: &mut mpsc::Receiver<Renew>,
-) -> StreamEnd {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut request = Request::new(UnboundedReceiverStream::new(rx));
-    // Ask etcd to end the stream when it loses its leader, so that the proxy fails over instead of waiting.
-    request.metadata_mut().insert(
-        "hasleader",
-        tonic::metadata::MetadataValue::from_static("true"),
-    );
-    let mut client =
-        LeaseClient::new(pick.channel.clone()).max_decoding_message_size(upstream.max_recv_bytes);
-    send_queued(leases, &tx, metrics);
-    let opening = client.lease_keep_alive(request);
-    tokio::pin!(opening);
-    let mut answers: Option<Streaming<LeaseKeepAliveResponse>> = None;
-    let mut answered_any = false;
-    metrics.lease_upstream_streams.inc();
-    let _gauge = scopeguard(|| metrics.lease_upstream_streams.dec());
-    let mut requests_open = true;
-    let mut check = tokio::time::interval(HEALTH_CHECK_EVERY);
-    loop {
-        tokio::select! {
-            // A fixed order keeps a seeded run reproducible (tokio draws select!'s order from an unseeded RNG).
-            // Nothing starves: the check is ready twice a second, and answers come only for renewals sent.
-            biased;
-            _ = check.tick() => {
-                if upstream.moved_from(pick) {
-                    return StreamEnd::Moved;
-                }
-                if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {
-                    return StreamEnd::Failed(Status::unavailable("etcd did not answer a lease renewal in time"));
-                }
-            }
-            opened = &mut opening, if answers.is_none() => match opened {
-                Ok(response) => answers = Some(response.into_inner()),
-                Err(status) => return StreamEnd::Failed(status),
-            },
-            next = async { answers.as_mut().expect("guarded by is_some").next().await }, if answers.is_some() => {
-                match next {
-                    Some(Ok(answer)) => {
-                        answered_any = true;
-                        deliver(leases, answer);
-                    }
-                    Some(Err(status)) => return StreamEnd::Failed(status),
-                    None if answered_any => return StreamEnd::Healthy,
-                    None => return StreamEnd::Failed(Status::unavailable("upstream keep-alive stream ended")),
-                }
-            }
-            renew = requests.recv(), if requests_open => match renew {
-                Some(renew) => {
-                    queue(leases, renew);
-                    for _ in 1..DRAIN_BATCH {
-                        match requests.try_recv() {
-                            Ok(renew) => queue(leases, renew),
-                            Err(_) => break,
-                        }
-                    }
-                    send_queued(leases, &tx, metrics);
-                }
-                None => requests_open = false,
-            },
+/// One upstream stream: where it goes and as whom.
+struct Stream<'a> {
+    upstream: &'a Arc<Upstream>,
+    metrics: &'a Metrics,
+    pick: &'a Active,
+    token: Option<&'a MetadataValue<Ascii>>,
+}
+
+impl Stream<'_> {
+    /// Serves one upstream stream until it ends.
+    async fn serve(
+        &self,
+        leases: &mut BTreeMap<i64, LeaseRenewals>,
+        requests: &mut mpsc::Receiver<Renew>,
+    ) -> StreamEnd {
+        let Stream {
+            upstream,
+            metrics,
+            pick,
+            token,
+        } = *self;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut request = Request::new(UnboundedReceiverStream::new(rx));
+        // Ask etcd to end the stream when it loses its leader, so that the proxy fails over instead of waiting.
+        request
+            .metadata_mut()
+            .insert("hasleader", MetadataValue::from_static("true"));
+        if let Some(token) = token {
+            request.metadata_mut().insert("token", token.clone());
         }
-        if !requests_open && leases.values().all(LeaseRenewals::is_idle) {
-            return StreamEnd::ClientsGone;
+        let mut client = LeaseClient::new(pick.channel.clone())
+            .max_decoding_message_size(upstream.max_recv_bytes);
+        send_queued(leases, &tx, metrics);
+        let opening = client.lease_keep_alive(request);
+        tokio::pin!(opening);
+        let mut answers: Option<Streaming<LeaseKeepAliveResponse>> = None;
+        let mut answered_any = false;
+        metrics.lease_upstream_streams.inc();
+        let _gauge = scopeguard(|| metrics.lease_upstream_streams.dec());
+        let mut requests_open = true;
+        let mut check = tokio::time::interval(HEALTH_CHECK_EVERY);
+        loop {
+            tokio::select! {
+                // A fixed order keeps a seeded run reproducible (tokio draws select!'s order from an unseeded RNG).
+                // Nothing starves: the check is ready twice a second, and answers come only for renewals sent.
+                biased;
+                _ = check.tick() => {
+                    if upstream.moved_from(pick) {
+                        return StreamEnd::Moved;
+                    }
+                    if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {
+                        return StreamEnd::Failed(Status::unavailable("etcd did not answer a lease renewal in time"));
+                    }
+                }
+                opened = &mut opening, if answers.is_none() => match opened {
+                    Ok(response) => answers = Some(response.into_inner()),
+                    Err(status) => return StreamEnd::Failed(status),
+                },
+                next = async { answers.as_mut().expect("guarded by is_some").next().await }, if answers.is_some() => {
+                    match next {
+                        Some(Ok(answer)) => {
+                            answered_any = true;
+                            deliver(leases, answer);
+                        }
+                        Some(Err(status)) => return StreamEnd::Failed(status),
+                        None if answered_any => return StreamEnd::Healthy,
+                        None => return StreamEnd::Failed(Status::unavailable("upstream keep-alive stream ended")),
+                    }
+                }
+                renew = requests.recv(), if requests_open => match renew {
+                    Some(renew) => {
+                        queue(leases, renew);
+                        for _ in 1..DRAIN_BATCH {
+                            match requests.try_recv() {
+                                Ok(renew) => queue(leases, renew),
+                                Err(_) => break,
+                            }
+                        }
+                        send_queued(leases, &tx, metrics);
+                    }
+                    None => requests_open = false,
+                },
+            }
+            if !requests_open && leases.values().all(LeaseRenewals::is_idle) {
+                return StreamEnd::ClientsGone;
+            }
         }
     }
 }

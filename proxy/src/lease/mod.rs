@@ -1,9 +1,16 @@
-//! Lease keep-alive streams, coalesced: every client stream's renewals travel over one upstream stream
-//! ([`coalescer`]), and answers are routed back. (The Lease service's unary calls are relayed by [`crate::rpc`].)
+//! Lease keep-alive streams, coalesced: the renewals of every client stream that carries the same token (or none)
+//! travel over one upstream stream ([`coalescer`]), and answers are routed back. (The Lease service's unary calls
+//! are relayed by [`crate::rpc`].)
+//!
+//! One upstream stream per token, because etcd checks each renewal's token (from 3.5.30: none is "user name is
+//! empty", and a user may renew only a lease whose keys it may write): a renewal sent with another caller's token,
+//! or with none, would be answered as that caller, not as this one. Without auth no caller has a token and every
+//! renewal shares one stream.
 
 pub mod coalescer;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -27,20 +34,59 @@ const RENEW_QUEUE: usize = 8192;
 pub struct LeaseService {
     upstream: Arc<Upstream>,
     metrics: Metrics,
-    renewals: mpsc::Sender<Renew>,
+    /// The coalescer of callers without a token (all callers when etcd's auth is off): it runs as long as the
+    /// service, so its upstream stream stays open while clients come and go.
+    tokenless: mpsc::Sender<Renew>,
+    /// The coalescer of each token, held weakly: it ends with the last client stream that sends to it (a token
+    /// belongs to one client, and expires), and the next stream with the token starts another.
+    by_token: Mutex<HashMap<String, mpsc::WeakSender<Renew>>>,
 }
 
 impl LeaseService {
-    /// Creates the service and starts its keep-alive coalescer.
+    /// Creates the service and starts the coalescer of callers without a token.
     pub fn new(upstream: Arc<Upstream>, metrics: Metrics) -> Self {
-        let (renewals, requests) = mpsc::channel(RENEW_QUEUE);
-        tokio::spawn(coalescer::run(upstream.clone(), metrics.clone(), requests));
+        let tokenless = start_coalescer(&upstream, &metrics, None);
         Self {
             upstream,
             metrics,
-            renewals,
+            tokenless,
+            by_token: Mutex::new(HashMap::new()),
         }
     }
+
+    /// Where the renewals of a caller with `token` go: its token's coalescer, started if none runs.
+    fn renewals(&self, token: Option<String>) -> mpsc::Sender<Renew> {
+        let Some(token) = token else {
+            return self.tokenless.clone();
+        };
+        let mut by_token = self
+            .by_token
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(renewals) = by_token.get(&token).and_then(mpsc::WeakSender::upgrade) {
+            return renewals;
+        }
+        by_token.retain(|_, renewals| renewals.strong_count() > 0);
+        let renewals = start_coalescer(&self.upstream, &self.metrics, Some(token.clone()));
+        by_token.insert(token, renewals.downgrade());
+        renewals
+    }
+}
+
+/// Starts a coalescer for the callers with `token`; it runs until every sender it returns is gone.
+fn start_coalescer(
+    upstream: &Arc<Upstream>,
+    metrics: &Metrics,
+    token: Option<String>,
+) -> mpsc::Sender<Renew> {
+    let (renewals, requests) = mpsc::channel(RENEW_QUEUE);
+    tokio::spawn(coalescer::run(
+        upstream.clone(),
+        metrics.clone(),
+        requests,
+        token,
+    ));
+    renewals
 }
 
 /// One client keep-alive stream: reads its requests into the coalescer and yields the answers.
@@ -95,8 +141,13 @@ fn client_stream(
 }
 
 impl LeaseService {
-    /// Renews `lease_id` once over the shared upstream stream, for a lease of the proxy's own (its registration).
-    pub async fn renew(&self, lease_id: i64) -> Result<LeaseKeepAliveResponse, Status> {
+    /// Renews `lease_id` once as the caller with `token`, for a lease of the proxy's own (its registration, renewed
+    /// with the proxy's token when it has an identity).
+    pub async fn renew(
+        &self,
+        lease_id: i64,
+        token: Option<String>,
+    ) -> Result<LeaseKeepAliveResponse, Status> {
         let (answers, mut answer) = mpsc::channel::<Answer>(1);
         let permit = Arc::new(Semaphore::new(1))
             .acquire_owned()
@@ -108,7 +159,7 @@ impl LeaseService {
             requires_leader: false,
         };
         let shutting_down = || Status::unavailable("etcd-grpc-proxy: shutting down");
-        self.renewals
+        self.renewals(token)
             .send(Renew { lease_id, waiter })
             .await
             .map_err(|_| shutting_down())?;
@@ -134,7 +185,7 @@ impl LeaseService {
         Ok(Response::new(client_stream(
             request.into_inner(),
             requires_leader,
-            self.renewals.clone(),
+            self.renewals(forwarded.token()),
             self.metrics.clone(),
             self.upstream.shutdown_signal(),
         )))

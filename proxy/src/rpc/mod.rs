@@ -176,7 +176,7 @@ impl Rpc {
                     let members = members.clone();
                     async move {
                         let token = crate::upstream::Forwarded::capture(&request).token();
-                        let answer = members.answer(token).await;
+                        let answer = members.answer(token).await?;
                         Ok(tonic::Response::new(Bytes::from(
                             prost::Message::encode_to_vec(&answer),
                         )))

@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use proto::etcdserverpb::StatusRequest;
+use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use proto::etcdserverpb::{RangeRequest, StatusRequest};
+use tokio::time::Instant;
+use tonic::metadata::MetadataValue;
 
-use super::{HANG_BOUND_MAX, Replace, Upstream};
+use super::{HANG_BOUND_MAX, NO_LEADER, Replace, Upstream};
 use crate::error;
 
 /// How long the candidates have to answer: the longest a healthy member's Status may take (see
@@ -21,7 +24,7 @@ pub const CHOOSE_WAIT: Duration = HANG_BOUND_MAX;
 /// What a member's Status said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
-    /// It answered and has a leader (or, with auth on, answered but would not say: etcd 3.5.30 tells only admins).
+    /// It answered and has a leader.
     Leader,
     /// It answered, without a leader.
     NoLeader,
@@ -30,8 +33,9 @@ pub enum Health {
 }
 
 impl Upstream {
-    /// Asks endpoint `index` for its Status, waiting at most `wait`.
+    /// Asks endpoint `index` for its Status, waiting at most `wait` in all.
     pub(super) async fn member_status(&self, index: usize, wait: Duration) -> Health {
+        let deadline = Instant::now() + wait;
         let mut client = MaintenanceClient::new(self.members.get(index).channel());
         let answer = tokio::time::timeout(wait, client.status(StatusRequest {})).await;
         if let Ok(Ok(status)) = &answer
@@ -44,6 +48,33 @@ impl Upstream {
         }
         match answer {
             Ok(Ok(status)) if status.get_ref().leader == 0 => Health::NoLeader,
+            Ok(Ok(_)) => Health::Leader,
+            Ok(Err(refused)) if error::is_auth_refusal(&refused) => {
+                self.leader_probe(index, deadline).await
+            }
+            Ok(Err(_)) | Err(_) => Health::Silent,
+        }
+    }
+
+    /// Whether endpoint `index` has a leader, asked without Status: with auth on, etcd 3.5.30 (and later) answers
+    /// Status only to the root role. A linearizable Range that requires a leader (`hasleader`) is refused at once
+    /// with "no leader" by a member that knows none; a member with a leader confirms it (a ReadIndex) and only then
+    /// checks the caller: the probe carries no token, so it is refused there, having said what was asked. It asks
+    /// for the count of one key and reads nothing either way.
+    async fn leader_probe(&self, index: usize, deadline: Instant) -> Health {
+        let probe = RangeRequest {
+            key: vec![0],
+            count_only: true,
+            limit: 1,
+            ..Default::default()
+        };
+        let mut request = tonic::Request::new(probe);
+        request
+            .metadata_mut()
+            .insert("hasleader", MetadataValue::from_static("true"));
+        let mut client = KvClient::new(self.members.get(index).channel());
+        match tokio::time::timeout_at(deadline, client.range(request)).await {
+            Ok(Err(refused)) if refused.message() == NO_LEADER => Health::NoLeader,
             Ok(Ok(_)) => Health::Leader,
             Ok(Err(refused)) if error::is_auth_refusal(&refused) => Health::Leader,
             Ok(Err(_)) | Err(_) => Health::Silent,

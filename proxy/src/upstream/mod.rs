@@ -177,9 +177,6 @@ impl Upstream {
             tracing::info!(endpoint = %upstream.members.get(active).endpoint, "active etcd endpoint chosen");
         }
         tokio::spawn(upstream.clone().heartbeat());
-        if let Some(every) = config.endpoints_auto_sync {
-            tokio::spawn(upstream.clone().auto_sync(every));
-        }
         upstream
     }
 

@@ -3,7 +3,8 @@
 //! Every interval the active member's MemberList is read; the client URLs of its members (learners excluded: they
 //! serve no client requests; members without a name excluded: they have not started) become the endpoints. New
 //! ones are added, ones no longer listed are retired, and an active endpoint that is retired is replaced. A
-//! MemberList that fails, or that lists nothing usable, changes nothing (logged, as clientv3 logs it).
+//! MemberList that fails, or that lists nothing usable, changes nothing (logged, as clientv3 logs it). With
+//! `--user`, the MemberList carries the proxy's token.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use proto::etcdserverpb::{MemberListRequest, MemberListResponse};
 use tonic::Request;
 
+use super::identity::Identity;
 use super::pool::Member;
 use super::{Replace, Retry, Upstream, path, sleep_unless_shutdown};
 use crate::config::{Endpoint, Scheme};
@@ -20,11 +22,13 @@ use crate::config::{Endpoint, Scheme};
 const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Upstream {
-    /// Refreshes the endpoints every `every` until the proxy shuts down.
-    pub(super) async fn auto_sync(self: Arc<Self>, every: Duration) {
+    /// Refreshes the endpoints every `every` until the proxy shuts down, asking as the proxy's `identity` if it
+    /// has one (under auth etcd 3.5.30 lists its members only to a caller with a valid token).
+    pub async fn auto_sync(self: Arc<Self>, every: Duration, identity: Option<Arc<Identity>>) {
         let mut shutdown = self.shutdown.clone();
         while sleep_unless_shutdown(&mut shutdown, every).await {
-            match tokio::time::timeout(SYNC_TIMEOUT, self.member_list()).await {
+            let listed = self.member_list(identity.as_deref());
+            match tokio::time::timeout(SYNC_TIMEOUT, listed).await {
                 Ok(Ok(list)) => self.follow(&list),
                 Ok(Err(status)) => tracing::warn!(%status, "endpoint sync: MemberList failed"),
                 Err(_) => tracing::warn!("endpoint sync: MemberList not answered in time"),
@@ -32,11 +36,26 @@ impl Upstream {
         }
     }
 
-    async fn member_list(self: &Arc<Self>) -> Result<MemberListResponse, tonic::Status> {
-        let request = Request::new(MemberListRequest { linearizable: true });
-        self.call(Retry::ReadOnly, path::MEMBER_LIST, request)
-            .await
-            .map(tonic::Response::into_inner)
+    async fn member_list(
+        self: &Arc<Self>,
+        identity: Option<&Identity>,
+    ) -> Result<MemberListResponse, tonic::Status> {
+        let mut request = Request::new(MemberListRequest { linearizable: true });
+        let token = match identity {
+            Some(identity) => identity.token(self).await?,
+            None => None,
+        };
+        if let Some(token) = token.as_deref().and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("token", token);
+        }
+        let listed = self.call(Retry::ReadOnly, path::MEMBER_LIST, request).await;
+        if let (Err(refused), Some(identity)) = (&listed, identity)
+            && refused.code() == tonic::Code::Unauthenticated
+        {
+            // The token is gone (an etcd restart forgets every token): the next sync authenticates again.
+            identity.forget(token.as_deref()).await;
+        }
+        listed.map(tonic::Response::into_inner)
     }
 
     /// Makes the endpoints those `list` names.

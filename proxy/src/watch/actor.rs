@@ -138,6 +138,9 @@ impl Actor {
                 StreamEnd::Finished => return,
                 StreamEnd::Idle | StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
                 StreamEnd::TokenRefused => {
+                    tracing::info!(
+                        "etcd refused the upstream watch stream's token; re-opening it with a new one"
+                    );
                     if let UpstreamAuth::Proxy(identity) = &self.auth {
                         identity.forget(token.as_deref()).await;
                     }

@@ -44,3 +44,17 @@ pub async fn put(channel: &Channel, key: &str, value: &str) -> i64 {
         .unwrap()
         .revision
 }
+
+/// A token for user `name` from `addr` (etcd or the proxy), by Authenticate.
+pub async fn token(addr: &str, name: &str, password: &str) -> String {
+    let request = proto::etcdserverpb::AuthenticateRequest {
+        name: name.into(),
+        password: password.into(),
+    };
+    proto::etcdserverpb::auth_client::AuthClient::new(channel(addr).await)
+        .authenticate(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .token
+}

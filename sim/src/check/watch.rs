@@ -74,6 +74,8 @@ pub struct WatcherLog {
     pub prev_kv: bool,
     pub no_put: bool,
     pub no_delete: bool,
+    /// Under auth: the user who watched.
+    pub caller: Option<String>,
     pub start: Option<WatchStart>,
     pub received: Vec<Event>,
     /// When each event of `received` reached the client (virtual time).

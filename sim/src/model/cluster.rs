@@ -1,4 +1,4 @@
-//! [`Cluster`]: the handle every member and the checkers share. It owns the store behind a lock, the identities
+//! [`Cluster`]: the handle every member and the checkers share. It owns the store and the auth state behind locks, the identities
 //! (cluster ID, member IDs, raft term), the seeded source of lease IDs, the virtual clock, a signal that wakes
 //! watch streams whenever the store changes, the census of live watchers ([`WatchCensus`]), and the members'
 //! processes as the faults leave them (crashed, hung, cut off from the others) with the leader a quorum of them
@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
+use super::auth::{Access, Auth, Caller};
 use super::census::{Registry, WatchCensus, WatchedRange};
 use super::history::{Hang, History, StreamKind, StreamRecord};
 use super::pause::{self, Leadership, Pause};
@@ -36,6 +37,8 @@ pub struct Cluster {
 
 struct Shared {
     store: Mutex<Store>,
+    /// Users, roles, whether auth is on, and each member's tokens.
+    auth: Mutex<Auth>,
     lease_ids: Mutex<StdRng>,
     cluster_id: u64,
     members: Mutex<Vec<Member>>,
@@ -75,10 +78,12 @@ impl Cluster {
             })
             .collect();
         let lease_seed = rng.random::<u64>();
+        let token_seed = rng.random::<u64>();
         let count = members.len();
         Self {
             shared: Arc::new(Shared {
                 store: Mutex::new(Store::new()),
+                auth: Mutex::new(Auth::new(count, token_seed)),
                 lease_ids: Mutex::new(StdRng::seed_from_u64(lease_seed)),
                 cluster_id,
                 members: Mutex::new(members),
@@ -144,8 +149,10 @@ impl Cluster {
         self.leader().map_or(0, |leader| self.member_id(leader))
     }
 
-    /// Member `member`'s process was killed (its host crashed): it cannot lead; it is no longer hung.
+    /// Member `member`'s process was killed (its host crashed): it cannot lead; it is no longer hung; it forgets
+    /// every token.
     pub fn crashed(&self, member: usize) {
+        lock(&self.shared.auth).forget_tokens(member);
         self.set_process(member, true, false);
     }
 
@@ -320,6 +327,71 @@ impl Cluster {
                 .send_modify(|generation| *generation += 1);
         }
         result
+    }
+
+    /// Runs `f` on the auth state at the current time.
+    pub fn with_auth<R>(&self, f: impl FnOnce(&mut Auth, Duration) -> R) -> R {
+        let now = self.now();
+        f(&mut lock(&self.shared.auth), now)
+    }
+
+    /// etcd's `--auth-token-ttl`: how long a member keeps a token nobody uses there.
+    pub fn set_auth_token_ttl(&self, ttl: Duration) {
+        lock(&self.shared.auth).set_token_ttl(ttl);
+    }
+
+    /// Who a request reaching member `member` with `metadata` comes from: the user of its token (`token`, or
+    /// `authorization` as etcd's gateway sends it), refused if the member does not know the token.
+    pub fn caller(
+        &self,
+        member: usize,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, tonic::Status> {
+        let token = ["token", "authorization"]
+            .into_iter()
+            .find_map(|key| metadata.get(key).and_then(|v| v.to_str().ok()));
+        self.with_auth(|auth, now| auth.caller(member, token, now))
+    }
+
+    /// Refuses a request reaching member `member` with `metadata` unless its caller may make every access of
+    /// `wants` (each an access to `key`..`range_end`), as etcd's auth would.
+    pub fn authorize(
+        &self,
+        member: usize,
+        metadata: &tonic::metadata::MetadataMap,
+        wants: &[(Access, &[u8], &[u8])],
+    ) -> Result<Caller, tonic::Status> {
+        let caller = self.caller(member, metadata)?;
+        let auth = lock(&self.shared.auth);
+        for (access, key, range_end) in wants {
+            auth.check(&caller, *access, key, range_end)?;
+        }
+        Ok(caller)
+    }
+
+    /// Refuses a request reaching member `member` with `metadata` unless it comes from a user (when auth is on): no
+    /// token is "user name is empty", as etcd 3.5.30's `requireAuthInfo` says.
+    pub fn authorize_user(
+        &self,
+        member: usize,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, tonic::Status> {
+        match self.caller(member, metadata)? {
+            Caller::Nobody => Err(super::errors::user_empty()),
+            caller => Ok(caller),
+        }
+    }
+
+    /// Refuses a request reaching member `member` with `metadata` unless its caller has the root role (when auth is
+    /// on), as etcd refuses its admin calls.
+    pub fn authorize_admin(
+        &self,
+        member: usize,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, tonic::Status> {
+        let caller = self.caller(member, metadata)?;
+        lock(&self.shared.auth).check_admin(&caller)?;
+        Ok(caller)
     }
 
     /// A fresh lease ID from the seeded generator: positive and non-zero.

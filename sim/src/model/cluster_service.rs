@@ -2,6 +2,7 @@
 //! term and leader; Alarm answers "no alarms"; membership changes and the other maintenance calls are
 //! Unimplemented.
 
+use proto::etcdserverpb::alarm_request::AlarmAction;
 use proto::etcdserverpb::cluster_server::Cluster as ClusterApi;
 use proto::etcdserverpb::maintenance_server::Maintenance;
 use proto::etcdserverpb::{
@@ -18,7 +19,9 @@ use tonic::{Request, Response, Status};
 use super::cluster::Cluster;
 use super::errors::unimplemented;
 
-/// The version the model reports in Status.
+/// The version the model reports in Status. (Its auth follows etcd 3.5.30's rules, which the conformance suite
+/// compares it with: from 3.5.30, once auth is on, Status, Compact and Alarm changes are for the root role, and
+/// MemberList and an Alarm listing for any user.)
 pub const MODEL_VERSION: &str = "3.4.23";
 
 pub struct ClusterService {
@@ -51,8 +54,11 @@ impl ClusterApi for ClusterService {
 
     async fn member_list(
         &self,
-        _: Request<MemberListRequest>,
+        request: Request<MemberListRequest>,
     ) -> Result<Response<MemberListResponse>, Status> {
+        // etcd 3.5.30 on: with auth on, the member list is for users.
+        self.cluster
+            .authorize_user(self.member, request.metadata())?;
         // etcd's MemberList header carries no revision.
         Ok(Response::new(MemberListResponse {
             header: Some(self.cluster.header(self.member, 0)),
@@ -75,7 +81,18 @@ pub struct MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(&self, _: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
+    async fn alarm(
+        &self,
+        request: Request<AlarmRequest>,
+    ) -> Result<Response<AlarmResponse>, Status> {
+        // etcd 3.5.30 on: with auth on, listing the alarms is for users, changing them for the root role.
+        if request.get_ref().action == AlarmAction::Get as i32 {
+            self.cluster
+                .authorize_user(self.member, request.metadata())?;
+        } else {
+            self.cluster
+                .authorize_admin(self.member, request.metadata())?;
+        }
         let revision = self.cluster.with_store(|store, _| store.revision());
         Ok(Response::new(AlarmResponse {
             header: Some(self.cluster.header(self.member, revision)),
@@ -83,7 +100,12 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        self.cluster
+            .authorize_admin(self.member, request.metadata())?;
         let revision = self.cluster.with_store(|store, _| store.revision());
         let term = self.cluster.raft_term();
         Ok(Response::new(StatusResponse {

@@ -1,5 +1,6 @@
 //! etcd's error statuses, with the exact codes and texts etcd 3.4/3.5 send (checked against etcd 3.4.23 with
-//! etcdctl), so that the proxy's error pass-through can be checked end to end.
+//! etcdctl; the auth ones are etcd's `rpctypes`, compared with etcd 3.5.30 by the conformance suite's auth
+//! scenarios), so that the proxy's error pass-through can be checked end to end.
 
 use tonic::Status;
 
@@ -55,6 +56,70 @@ pub fn no_leader() -> Status {
 /// A raft request that found no leader within etcd's request timeout.
 pub fn request_timed_out() -> Status {
     Status::unavailable("etcdserver: request timed out")
+}
+
+pub fn root_user_not_exist() -> Status {
+    Status::failed_precondition("etcdserver: root user does not exist")
+}
+
+pub fn root_role_not_exist() -> Status {
+    Status::failed_precondition("etcdserver: root user does not have root role")
+}
+
+pub fn user_already_exist() -> Status {
+    Status::failed_precondition("etcdserver: user name already exists")
+}
+
+pub fn user_empty() -> Status {
+    Status::invalid_argument("etcdserver: user name is empty")
+}
+
+pub fn user_not_found() -> Status {
+    Status::failed_precondition("etcdserver: user name not found")
+}
+
+pub fn role_already_exist() -> Status {
+    Status::failed_precondition("etcdserver: role name already exists")
+}
+
+pub fn role_not_found() -> Status {
+    Status::failed_precondition("etcdserver: role name not found")
+}
+
+pub fn role_empty() -> Status {
+    Status::invalid_argument("etcdserver: role name is empty")
+}
+
+pub fn auth_failed() -> Status {
+    Status::invalid_argument("etcdserver: authentication failed, invalid user ID or password")
+}
+
+pub fn permission_not_given() -> Status {
+    Status::invalid_argument("etcdserver: permission not given")
+}
+
+pub fn permission_denied() -> Status {
+    Status::permission_denied("etcdserver: permission denied")
+}
+
+pub fn role_not_granted() -> Status {
+    Status::failed_precondition("etcdserver: role is not granted to the user")
+}
+
+pub fn permission_not_granted() -> Status {
+    Status::failed_precondition("etcdserver: permission is not granted to the role")
+}
+
+pub fn auth_not_enabled() -> Status {
+    Status::failed_precondition("etcdserver: authentication is not enabled")
+}
+
+pub fn invalid_auth_token() -> Status {
+    Status::unauthenticated("etcdserver: invalid auth token")
+}
+
+pub fn invalid_auth_mgmt() -> Status {
+    Status::invalid_argument("etcdserver: invalid auth management")
 }
 
 /// What a method the model does not implement answers (the same code tonic gives an unknown service).

@@ -14,6 +14,7 @@ use proto::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use super::auth::Access;
 use super::cluster::Cluster;
 use super::history::{AccessKind, History};
 
@@ -45,6 +46,13 @@ impl Kv for KvService {
                 .wait_for_leader(self.member, request.metadata())
                 .await?;
         }
+        let wants = [(
+            Access::Read,
+            &request.get_ref().key[..],
+            &request.get_ref().range_end[..],
+        )];
+        self.cluster
+            .authorize(self.member, request.metadata(), &wants)?;
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             // A member cut off from the others answers a serializable read from what it had applied.
@@ -81,6 +89,10 @@ impl Kv for KvService {
         self.cluster
             .wait_for_leader(self.member, request.metadata())
             .await?;
+        let mut wants = Vec::new();
+        put_access(request.get_ref(), &mut wants);
+        self.cluster
+            .authorize(self.member, request.metadata(), &wants)?;
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             let response = store.put(&request, now)?;
@@ -101,6 +113,10 @@ impl Kv for KvService {
         self.cluster
             .wait_for_leader(self.member, request.metadata())
             .await?;
+        let mut wants = Vec::new();
+        delete_access(request.get_ref(), &mut wants);
+        self.cluster
+            .authorize(self.member, request.metadata(), &wants)?;
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             let response = store.delete_range(&request, now)?;
@@ -125,6 +141,10 @@ impl Kv for KvService {
                 .wait_for_leader(self.member, request.metadata())
                 .await?;
         }
+        let mut wants = Vec::new();
+        txn_access(request.get_ref(), &mut wants);
+        self.cluster
+            .authorize(self.member, request.metadata(), &wants)?;
         let request = request.into_inner();
         let mut response = self.cluster.with_store(|store, now| {
             let response = store.txn(&request, now)?;
@@ -143,6 +163,9 @@ impl Kv for KvService {
         self.cluster
             .wait_for_leader(self.member, request.metadata())
             .await?;
+        // etcd 3.5.30 on: compaction is for the root role.
+        self.cluster
+            .authorize_admin(self.member, request.metadata())?;
         let request = request.into_inner();
         let revision = self.cluster.with_store(|store, now| {
             store
@@ -152,6 +175,43 @@ impl Kv for KvService {
         Ok(Response::new(CompactionResponse {
             header: Some(self.cluster.header(self.member, revision)),
         }))
+    }
+}
+
+/// What a key range access list holds: etcd's auth checks each.
+type Wants<'a> = Vec<(Access, &'a [u8], &'a [u8])>;
+
+/// A Put writes its key, and reads it too when it asks for the previous value.
+fn put_access<'a>(put: &'a PutRequest, wants: &mut Wants<'a>) {
+    wants.push((Access::Write, &put.key, b""));
+    if put.prev_kv {
+        wants.push((Access::Read, &put.key, b""));
+    }
+}
+
+/// A DeleteRange writes its range, and reads it too when it asks for the previous values.
+fn delete_access<'a>(delete: &'a DeleteRangeRequest, wants: &mut Wants<'a>) {
+    wants.push((Access::Write, &delete.key, &delete.range_end));
+    if delete.prev_kv {
+        wants.push((Access::Read, &delete.key, &delete.range_end));
+    }
+}
+
+/// A Txn reads what it compares and accesses what every operation of both branches does, nested ones included.
+fn txn_access<'a>(txn: &'a TxnRequest, wants: &mut Wants<'a>) {
+    for compare in &txn.compare {
+        wants.push((Access::Read, &compare.key, &compare.range_end));
+    }
+    for op in txn.success.iter().chain(&txn.failure) {
+        match &op.request {
+            Some(Op::RequestRange(range)) => {
+                wants.push((Access::Read, &range.key, &range.range_end))
+            }
+            Some(Op::RequestPut(put)) => put_access(put, wants),
+            Some(Op::RequestDeleteRange(delete)) => delete_access(delete, wants),
+            Some(Op::RequestTxn(inner)) => txn_access(inner, wants),
+            None => {}
+        }
     }
 }
 

@@ -11,8 +11,10 @@ use proto::etcdserverpb::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::auth::{Access, Caller};
 use super::cluster::{Cluster, ConnectedAt, stopped};
 use super::history::StreamKind;
 
@@ -31,6 +33,8 @@ impl Lease for LeaseService {
         self.cluster
             .wait_for_leader(self.member, request.metadata())
             .await?;
+        // Any caller may grant; a token it carries must be valid.
+        self.cluster.caller(self.member, request.metadata())?;
         let request = request.into_inner();
         let cluster = self.cluster.clone();
         let (id, ttl, revision) = self.cluster.with_store(|store, now| {
@@ -53,7 +57,14 @@ impl Lease for LeaseService {
         self.cluster
             .wait_for_leader(self.member, request.metadata())
             .await?;
-        let id = request.into_inner().id;
+        let id = request.get_ref().id;
+        authorize_lease(
+            &self.cluster,
+            self.member,
+            request.metadata(),
+            id,
+            LeaseCheck::Revoke,
+        )?;
         let revision = self
             .cluster
             .with_store(|store, now| store.lease_revoke(id, now).map(|()| store.revision()))?;
@@ -95,7 +106,13 @@ impl Lease for LeaseService {
                     Some(Err(_)) => return,
                 };
                 // A renewal goes to the leader: it waits for one, and a wait in vain ends the stream.
-                if let Err(status) = cluster.wait_for_leader(member, &metadata).await {
+                let allowed = match cluster.wait_for_leader(member, &metadata).await {
+                    Ok(()) => {
+                        authorize_lease(&cluster, member, &metadata, request.id, LeaseCheck::Renew)
+                    }
+                    Err(status) => Err(status),
+                };
+                if let Err(status) = allowed {
                     let _ = tx.send(Err(status)).await;
                     return;
                 }
@@ -125,6 +142,14 @@ impl Lease for LeaseService {
         self.cluster
             .wait_for_leader(self.member, request.metadata())
             .await?;
+        let id = request.get_ref().id;
+        authorize_lease(
+            &self.cluster,
+            self.member,
+            request.metadata(),
+            id,
+            LeaseCheck::Read,
+        )?;
         let request = request.into_inner();
         let (answer, revision) = self.cluster.with_store(|store, now| {
             (
@@ -143,14 +168,65 @@ impl Lease for LeaseService {
 
     async fn lease_leases(
         &self,
-        _request: Request<LeaseLeasesRequest>,
+        request: Request<LeaseLeasesRequest>,
     ) -> Result<Response<LeaseLeasesResponse>, Status> {
         let (ids, revision) = self
             .cluster
             .with_store(|store, now| (store.lease_ids(now), store.revision()));
+        // Lease 0 is never granted: asking about it checks the caller alone, as etcd does before any lease.
+        for id in std::iter::once(0).chain(ids.iter().copied()) {
+            let metadata = request.metadata();
+            authorize_lease(&self.cluster, self.member, metadata, id, LeaseCheck::Read)?;
+        }
         Ok(Response::new(LeaseLeasesResponse {
             header: Some(self.cluster.header(self.member, revision)),
             leases: ids.into_iter().map(|id| LeaseStatus { id }).collect(),
         }))
     }
+}
+
+/// What etcd 3.5.30's auth asks of a lease call's caller (`checkLeaseRenew`, `checkLeaseTimeToLive`,
+/// `checkLeasePuts`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LeaseCheck {
+    /// A renewal: a user, who may write every key attached to the lease.
+    Renew,
+    /// TimeToLive, Leases: a user, who may read every key attached.
+    Read,
+    /// A revocation: whoever may write every key attached (with no key attached, anyone).
+    Revoke,
+}
+
+/// Refuses a lease call on `lease` reaching member `member` with `metadata` unless its caller passes `check`
+/// (the root role passes every check).
+fn authorize_lease(
+    cluster: &Cluster,
+    member: usize,
+    metadata: &MetadataMap,
+    lease: i64,
+    check: LeaseCheck,
+) -> Result<(), Status> {
+    let caller = cluster.caller(member, metadata)?;
+    if caller == Caller::Anyone {
+        return Ok(());
+    }
+    if caller == Caller::Nobody && check != LeaseCheck::Revoke {
+        return Err(super::errors::user_empty());
+    }
+    if cluster
+        .with_auth(|auth, _| auth.check_admin(&caller))
+        .is_ok()
+    {
+        return Ok(());
+    }
+    let keys = cluster.with_store(|store, now| store.lease_time_to_live(lease, true, now).keys);
+    let access = match check {
+        LeaseCheck::Read => Access::Read,
+        LeaseCheck::Renew | LeaseCheck::Revoke => Access::Write,
+    };
+    let wants: Vec<(Access, &[u8], &[u8])> = keys
+        .iter()
+        .map(|key| (access, &key[..], &b""[..]))
+        .collect();
+    cluster.authorize(member, metadata, &wants).map(drop)
 }

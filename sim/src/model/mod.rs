@@ -6,9 +6,12 @@
 //! - [`history`]: what the checkers read (revisions, compactions, leases, upstream streams, key ranges named).
 //! - [`census`]: the live watchers per member, stream and range, at any instant.
 //! - [`process`]: a member crashed or hung (stopped as by SIGSTOP), and the leader the others elect.
+//! - [`auth`]: users, roles, permissions and tokens, and who may do what.
 //! - [`errors`]: etcd's exact error statuses.
 //! - `*_service`: one file per etcd service; [`serve`] puts them on a listener.
 
+pub mod auth;
+mod auth_service;
 pub mod census;
 pub mod cluster;
 mod cluster_service;

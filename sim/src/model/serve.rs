@@ -13,6 +13,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use proto::etcdserverpb::auth_server::AuthServer;
 use proto::etcdserverpb::cluster_server::ClusterServer;
 use proto::etcdserverpb::kv_server::KvServer;
 use proto::etcdserverpb::lease_server::LeaseServer;
@@ -25,6 +26,7 @@ use tokio::task::JoinSet;
 use tonic::service::Routes;
 use tower::ServiceExt;
 
+use super::auth_service::AuthService;
 use super::cluster::{Cluster, ConnectedAt, stopped};
 use super::cluster_service::{ClusterService, MaintenanceService};
 use super::kv_service::KvService;
@@ -62,7 +64,7 @@ impl std::fmt::Debug for ServeOptions {
 
 /// Serves member `member` of `cluster` on `listener` until `shutdown` completes; then ends every Watch and
 /// keep-alive stream, closes every connection gracefully (a hung member does so once resumed, as a stopped process
-/// handles its SIGTERM after SIGCONT) and stops. Services the model does not implement (Auth, Election, Lock)
+/// handles its SIGTERM after SIGCONT) and stops. Services the model does not implement (Election, Lock)
 /// answer Unimplemented. Never fails; the error type is what tonic's `Server` returned, which callers expect.
 pub async fn serve(
     cluster: Cluster,
@@ -143,6 +145,10 @@ fn routes(cluster: &Cluster, member: usize, stop: &watch::Receiver<bool>) -> Rou
         member,
     }))
     .add_service(MaintenanceServer::new(MaintenanceService {
+        cluster: cluster.clone(),
+        member,
+    }))
+    .add_service(AuthServer::new(AuthService {
         cluster: cluster.clone(),
         member,
     }))

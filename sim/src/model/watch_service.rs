@@ -20,8 +20,10 @@ use proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use proto::mvccpb::event::EventType;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::metadata::MetadataMap;
+use tonic::{Code, Request, Response, Status, Streaming};
 
+use super::auth::{Access, watch_checked_range};
 use super::census::WatchedRange;
 use super::cluster::{Cluster, ConnectedAt, StreamGuard, stopped};
 use super::history::{AccessKind, StreamKind};
@@ -46,6 +48,7 @@ impl Watch for WatchService {
         let session = Session {
             cluster: self.cluster.clone(),
             member: self.member,
+            metadata: request.metadata().clone(),
             watchers: BTreeMap::new(),
             next_id: 0,
             tx,
@@ -74,6 +77,8 @@ struct Watcher {
 struct Session {
     cluster: Cluster,
     member: usize,
+    /// The stream's metadata: its token is checked at every create, as etcd does.
+    metadata: MetadataMap,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
     tx: mpsc::Sender<Result<WatchResponse, Status>>,
@@ -188,10 +193,12 @@ impl Session {
                 store.compacted(),
             )
         });
-        let refused = if matches!(range, KeyRange::Span(..)) && range.bounds().is_none() {
-            Some("mvcc: watcher range is empty")
+        let refused = if let Some(reason) = self.refusal(&key, &create.range_end) {
+            Some(reason)
+        } else if matches!(range, KeyRange::Span(..)) && range.bounds().is_none() {
+            Some("mvcc: watcher range is empty".to_string())
         } else if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) {
-            Some("mvcc: duplicate watch ID provided on the WatchStream")
+            Some("mvcc: duplicate watch ID provided on the WatchStream".to_string())
         } else {
             None
         };
@@ -202,7 +209,7 @@ impl Session {
                     watch_id: -1,
                     created: true,
                     canceled: true,
-                    cancel_reason: reason.to_string(),
+                    cancel_reason: reason,
                     ..Default::default()
                 })
                 .await;
@@ -261,6 +268,26 @@ impl Session {
                 .await;
         }
         Ok(())
+    }
+
+    /// Why etcd's auth refuses a watcher of `key`..`range_end` on this stream, if it does: the cancel reason etcd
+    /// 3.5.30 gives, the refusal's gRPC status in Go's words (checked on [`watch_checked_range`]).
+    fn refusal(&self, key: &[u8], range_end: &[u8]) -> Option<String> {
+        let (key, range_end) = watch_checked_range(key, range_end);
+        let refused = self
+            .cluster
+            .authorize(
+                self.member,
+                &self.metadata,
+                &[(Access::Read, &key, &range_end)],
+            )
+            .err()?;
+        let (code, message) = match refused.code() {
+            Code::Unauthenticated => ("Unauthenticated", refused.message()),
+            Code::InvalidArgument => ("InvalidArgument", refused.message()),
+            _ => ("PermissionDenied", "etcdserver: permission denied"),
+        };
+        Some(format!("rpc error: code = {code} desc = {message}"))
     }
 
     /// Sends every watcher the events it has not seen yet, one response per revision.

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::check::auth::UserRead;
 use crate::check::calls::CallLog;
 use crate::check::census::CensusLog;
 use crate::check::lease::LeaseClientLog;
@@ -13,6 +14,8 @@ pub struct Logs {
     pub calls: Arc<Mutex<Vec<CallLog>>>,
     pub leases: Arc<Mutex<Vec<LeaseClientLog>>>,
     pub censuses: Arc<Mutex<Vec<CensusLog>>>,
+    /// Reads by users under auth.
+    pub user_reads: Arc<Mutex<Vec<UserRead>>>,
     /// What Watch streams saw wrong that belongs to no one watcher.
     pub stream_problems: Arc<Mutex<Vec<String>>>,
 }
@@ -37,6 +40,20 @@ impl Logs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(log);
+    }
+
+    pub fn push_user_read(&self, read: UserRead) {
+        self.user_reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(read);
+    }
+
+    pub fn user_reads(&self) -> Vec<UserRead> {
+        self.user_reads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn push_census(&self, log: CensusLog) {

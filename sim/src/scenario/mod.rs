@@ -9,11 +9,13 @@
 //! `tests/tls.rs` sweeps `failover` and `watch` so): clients get their channels from [`World::dialer`], never from
 //! the plaintext [`crate::topology::channel`].
 
+pub mod auth;
 pub mod cache_readers;
 pub mod callers;
 pub mod client_links;
 pub mod fleet;
 pub mod leases;
+pub mod login;
 pub mod logs;
 pub mod scale;
 pub mod watchers;
@@ -26,6 +28,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
+use crate::check::auth::{check_both_kinds, check_forbidden_watcher, check_reads, permitted};
 use crate::check::cache::check_cache;
 use crate::check::calls::{ToleratedWriteFailure, check_calls};
 use crate::check::census::check_census;
@@ -56,7 +59,7 @@ pub fn delivery_bound(scenario: Scenario) -> Duration {
         proxy::upstream::replacement_bound() + watchers::BACKOFF_MAX + Duration::from_millis(50);
     match scenario {
         // A client whose link was cut finds the hole in its connection by its keep-alive first.
-        Scenario::Watch => {
+        Scenario::Watch | Scenario::Auth => {
             base + client_links::CLIENT_KEEPALIVE.0 + client_links::CLIENT_KEEPALIVE.1
         }
         _ => base,
@@ -91,6 +94,11 @@ pub enum Scenario {
     /// client's revisions never go back, that linearizable answers hold every acknowledged write, and that the
     /// cache answered reads ([`cache_readers`], [`crate::check::cache`]).
     Cache,
+    /// etcd's auth on, tokens expiring after two seconds unused, `watch`'s faults: watchers through the proxy as
+    /// users who may read some ranges and not others, the proxy with `--user` on even seeds ([`auth`]). Checks
+    /// watch completeness and timeliness for permitted watchers, and that forbidden ones are refused with etcd's
+    /// reason and see nothing.
+    Auth,
     /// Ten proxies in a tree (a top-level proxy, leaves in front of it, leaves in front of those), with
     /// `watch-scale`'s watchers and `lease-scale`'s keepers on the leaves ([`fleet`]). Checks what those two check:
     /// coalescing composes, so the members still see one upstream watcher per distinct range and one keep-alive
@@ -99,7 +107,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Watch,
         Scenario::Failover,
         Scenario::Lease,
@@ -107,6 +115,7 @@ impl Scenario {
         Scenario::LeaseScale,
         Scenario::Cache,
         Scenario::Fleet,
+        Scenario::Auth,
     ];
 
     pub fn name(self) -> &'static str {
@@ -118,6 +127,7 @@ impl Scenario {
             Scenario::LeaseScale => "lease-scale",
             Scenario::Cache => "cache",
             Scenario::Fleet => "fleet",
+            Scenario::Auth => "auth",
         }
     }
 
@@ -253,6 +263,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         Scenario::Cache => cache_readers::world(settings),
         Scenario::Watch => watch_world(settings),
         Scenario::Fleet => fleet::world(settings),
+        Scenario::Auth => auth::world(settings),
         _ => World::new(settings),
     };
     let logs = Logs::default();
@@ -265,6 +276,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         Scenario::WatchScale => scale::build_watch_scale(&mut world, &logs, &mut rng, members),
         Scenario::LeaseScale => scale::build_lease_scale(&mut world, &logs, &mut rng),
         Scenario::Fleet => fleet::build_fleet(&mut world, &logs, &mut rng, members),
+        Scenario::Auth => auth::build_auth(&mut world, &logs, &mut rng, members),
         Scenario::Cache => {
             cache_logs = Some(cache_readers::build_cache(&mut world, &mut rng, members));
         }
@@ -277,7 +289,19 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
     let mut worst_delivery = None;
     let mut tolerated = Vec::new();
     match scenario {
-        Scenario::Watch | Scenario::WatchScale | Scenario::Fleet => {
+        Scenario::Watch | Scenario::WatchScale | Scenario::Fleet | Scenario::Auth => {
+            // Under auth, a watcher its user may not read must have been refused; the others are checked.
+            let (watcher_logs, forbidden): (Vec<_>, Vec<_>) = watcher_logs
+                .iter()
+                .cloned()
+                .partition(|log| permitted(&finished.cluster, log));
+            for log in &forbidden {
+                violations.extend(check_forbidden_watcher(log).err());
+            }
+            if scenario == Scenario::Auth {
+                violations.extend(check_both_kinds(watcher_logs.len(), forbidden.len()).err());
+                violations.extend(check_reads(&finished.cluster, &history, &logs.user_reads()));
+            }
             for log in &watcher_logs {
                 if let Err(violation) = check_watcher(&history, log) {
                     violations.push(violation);
@@ -295,7 +319,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
             worst_delivery = latest;
             violations.extend(late);
             violations.extend(logs.stream_problems());
-            if scenario != Scenario::Watch {
+            if !matches!(scenario, Scenario::Watch | Scenario::Auth) {
                 let censuses = logs.censuses();
                 if censuses.is_empty() {
                     violations.push("no census was taken".into());
@@ -352,7 +376,9 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         worst_delivery,
         tolerated,
         watchers: watcher_logs.len(),
-        calls: logs.calls().len() + cache_logs.map_or(0, |l| l.reads().len()),
+        calls: logs.calls().len()
+            + logs.user_reads().len()
+            + cache_logs.map_or(0, |l| l.reads().len()),
         revisions: history.revisions.last().map_or(1, |r| r.revision),
         trace_tail: finished.trace.tail(
             std::env::var("SIM_TRACE_TAIL")
@@ -376,18 +402,27 @@ pub(crate) fn watch_ranges() -> Vec<(&'static str, &'static str)> {
 }
 
 /// The watch scenario's client hosts.
-fn watch_clients() -> Vec<String> {
+pub(crate) fn watch_clients() -> Vec<String> {
     (0..WATCH_CLIENTS).map(|c| format!("watcher{c}")).collect()
 }
-const WATCH_CLIENTS: usize = 3;
+pub(crate) const WATCH_CLIENTS: usize = 3;
 
 /// The watch scenario's world: the shared plan plus cuts of the watchers' links with the proxy
 /// ([`client_links`]), and the proxy with `--grpc-keepalive-min-time=500ms`, so that it allows the pings of
 /// clients that keep their connections alive every 500 ms.
 fn watch_world<'a>(settings: Settings) -> World<'a> {
+    watch_world_with(settings, None)
+}
+
+/// [`watch_world`], with the proxy's `--user` when `user` is given.
+pub(crate) fn watch_world_with<'a>(
+    settings: Settings,
+    user: Option<proxy::config::Credentials>,
+) -> World<'a> {
     let settings = client_links::with_client_cuts(settings, &watch_clients());
     let mut config = crate::world::proxy_config(settings.seed, settings.members);
     config.client_ping_min_time = client_links::CLIENT_KEEPALIVE.0;
+    config.user = user;
     if let Some(tls) = &settings.tls {
         tls.configure_proxy(&mut config);
     }
@@ -399,8 +434,6 @@ fn watch_world<'a>(settings: Settings) -> World<'a> {
 
 fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: usize) {
     let (fence_tx, fence_rx) = watch::channel(None);
-    // No census here: watchers may go as soon as they are complete.
-    let (_released_tx, released_rx) = watch::channel(true);
     let ranges = watch_ranges();
     for (client, host) in watch_clients().into_iter().enumerate() {
         let mut specs = Vec::new();
@@ -416,48 +449,79 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
             specs.push(spec);
         }
         let delay = Duration::from_millis(rng.random_range(0..1500));
-        let env_parts = (
-            world.cluster.clone(),
-            world.trace.clone(),
-            fence_rx.clone(),
-            released_rx.clone(),
-            world.dialer(),
-        );
-        let logs = logs.clone();
-        world.client(&host, async move {
-            tokio::time::sleep(delay).await;
-            let (cluster, trace, fence, released, dialer) = env_parts;
-            // One connection per client, one stream per watcher; the connection is kept alive by pings, so that
-            // a cut of the client's link is found (`client_links`).
-            let env = StreamEnv {
-                channel: dialer
-                    .channel_with_keepalive(&proxy_authority(), client_links::CLIENT_KEEPALIVE),
-                cluster,
-                fence,
-                released,
-                live: LiveWatchers::default(),
-                give_up_at: WATCH_GIVE_UP,
-                trace,
-            };
-            let running: Vec<_> = specs
-                .into_iter()
-                .map(|spec| tokio::spawn(run_watcher(spec, env.clone())))
-                .collect();
-            for handle in running {
-                logs.push_watcher(handle.await?);
-            }
-            Ok(())
-        });
+        spawn_watch_client(world, logs, &host, specs, delay, &fence_rx, None);
     }
+    spawn_direct_writers(world, rng, members, None);
+    spawn_fence(world, members, fence_tx, None);
+}
+
+/// A watch client on `host`: after `delay`, one connection to the proxy (kept alive by pings, so that a cut of the
+/// client's link is found: [`client_links`]) and one stream per watcher of `specs`, as `login`'s user if given.
+/// Its watchers may go as soon as they are complete (no census).
+pub(crate) fn spawn_watch_client(
+    world: &mut World<'_>,
+    logs: &Logs,
+    host: &str,
+    specs: Vec<WatcherSpec>,
+    delay: Duration,
+    fence: &watch::Receiver<Option<Fence>>,
+    login: Option<login::Login>,
+) {
+    let (_released_tx, released) = watch::channel(true);
+    let env_parts = (
+        world.cluster.clone(),
+        world.trace.clone(),
+        fence.clone(),
+        released,
+        world.dialer(),
+    );
+    let logs = logs.clone();
+    world.client(host, async move {
+        tokio::time::sleep(delay).await;
+        let (cluster, trace, fence, released, dialer) = env_parts;
+        let env = StreamEnv {
+            channel: dialer
+                .channel_with_keepalive(&proxy_authority(), client_links::CLIENT_KEEPALIVE),
+            cluster,
+            fence,
+            released,
+            live: LiveWatchers::default(),
+            give_up_at: WATCH_GIVE_UP,
+            trace,
+            login,
+        };
+        let running: Vec<_> = specs
+            .into_iter()
+            .map(|spec| tokio::spawn(run_watcher(spec, env.clone())))
+            .collect();
+        for handle in running {
+            logs.push_watcher(handle.await?);
+        }
+        Ok(())
+    });
+}
+
+/// Two writers straight on the members until [`QUIET_FROM`] (the first also compacts), as `login`'s user if given.
+pub(crate) fn spawn_direct_writers(
+    world: &mut World<'_>,
+    rng: &mut StdRng,
+    members: usize,
+    login: Option<login::Login>,
+) {
     for writer in 0..2 {
         let seed = rng.random();
         let cluster = world.cluster.clone();
         let (trace, dialer) = (world.trace.clone(), world.dialer());
+        let login = login.clone();
         world.client(&format!("writer{writer}"), async move {
+            let mut clients = writers::MemberClients::new(members, &dialer);
+            if let Some(login) = login {
+                clients = clients.as_user(login);
+            }
             writers::direct_writer(
                 format!("writer{writer}"),
                 seed,
-                writers::MemberClients::new(members, &dialer),
+                clients,
                 QUIET_FROM,
                 writer == 0,
                 cluster,
@@ -467,10 +531,23 @@ fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: us
             Ok(())
         });
     }
+}
+
+/// The fence at [`FENCE_AT`], straight on the members, as `login`'s user if given; announced on `fence_tx`.
+pub(crate) fn spawn_fence(
+    world: &mut World<'_>,
+    members: usize,
+    fence_tx: watch::Sender<Option<Fence>>,
+    login: Option<login::Login>,
+) {
     let (trace, dialer) = (world.trace.clone(), world.dialer());
     world.client("fence", async move {
         tokio::time::sleep(FENCE_AT.saturating_sub(now())).await;
-        let revision = writers::fence(members, dialer, trace).await;
+        let mut clients = writers::MemberClients::new(members, &dialer);
+        if let Some(login) = login {
+            clients = clients.as_user(login);
+        }
+        let revision = writers::fence_by(clients, trace).await;
         let _ = fence_tx.send(Some(Fence {
             puts: revision,
             last: revision,

@@ -155,6 +155,7 @@ pub(super) fn build_watchers(
                 live,
                 give_up_at: WATCH_GIVE_UP,
                 trace,
+                login: None,
             };
             let running: Vec<_> = plans
                 .into_iter()

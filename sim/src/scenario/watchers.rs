@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
+use super::login::{Login, Session, with_token};
 use super::logs::now;
 use crate::check::watch::{WatchEnd, WatchStart, WatcherLog};
 use crate::model::{Cluster, WatchedRange};
@@ -110,6 +111,9 @@ pub struct StreamEnv {
     pub live: LiveWatchers,
     pub give_up_at: Duration,
     pub trace: Trace,
+    /// Under auth: the user the streams watch as (each stream carries its token; a token etcd no longer knows is
+    /// replaced by a new one, and the watchers it refused are created again on a new stream).
+    pub login: Option<Login>,
 }
 
 /// What one stream's watchers observed, and anything the stream itself saw wrong.
@@ -168,6 +172,9 @@ struct Driver {
     slots: Vec<Slot>,
     env: StreamEnv,
     problems: Vec<String>,
+    session: Option<Session>,
+    /// etcd refused the stream's token: the stream is re-opened with a new one.
+    token_refused: bool,
 }
 
 /// Runs one watcher alone on its own stream (created at once, never cancelled).
@@ -192,6 +199,7 @@ pub async fn run_watch_stream(name: String, plan: Vec<WatcherSpec>, env: StreamE
                 prev_kv: spec.prev_kv,
                 no_put: spec.no_put,
                 no_delete: spec.no_delete,
+                caller: env.login.as_ref().map(|login| login.user.clone()),
                 start: None,
                 received: Vec::new(),
                 received_at: Vec::new(),
@@ -206,11 +214,14 @@ pub async fn run_watch_stream(name: String, plan: Vec<WatcherSpec>, env: StreamE
             cancel_sent: false,
         })
         .collect();
+    let session = env.login.clone().map(Session::new);
     let mut driver = Driver {
         name,
         slots,
         env,
         problems: Vec::new(),
+        session,
+        token_refused: false,
     };
     driver.run().await;
     StreamLog {
@@ -225,6 +236,19 @@ impl Driver {
         let mut attempt = 0u32;
         while now() < self.env.give_up_at && !self.finished() {
             attempt += 1;
+            let token = match &mut self.session {
+                Some(session) => match session.token(&self.env.channel).await {
+                    Some(token) => Some(token),
+                    None => {
+                        self.env
+                            .trace
+                            .record(format!("{}: authenticate failed", self.name));
+                        tokio::time::sleep(backoff(attempt)).await;
+                        continue;
+                    }
+                },
+                None => None,
+            };
             let (tx, rx) = mpsc::channel(1024);
             // Creates go out before the call is opened: the first request rides with the stream's opening.
             let mut pending = VecDeque::new();
@@ -234,7 +258,7 @@ impl Driver {
             }
             let opened = tokio::time::timeout(
                 Duration::from_secs(3),
-                client.watch(ReceiverStream::new(rx)),
+                client.watch(with_token(ReceiverStream::new(rx), token.as_deref())),
             )
             .await;
             let mut stream = match opened {
@@ -290,7 +314,16 @@ impl Driver {
                     () = tokio::time::sleep(deadline) => return,
                 };
                 match message {
-                    Ok(Some(response)) => self.handle(response, &mut pending, &mut by_id),
+                    Ok(Some(response)) => {
+                        self.handle(response, &mut pending, &mut by_id);
+                        if std::mem::take(&mut self.token_refused) {
+                            self.env.trace.record(format!(
+                                "{}: token refused, re-opening with a new one",
+                                self.name
+                            ));
+                            break;
+                        }
+                    }
                     Ok(None) | Err(_) => {
                         self.env.trace.record(format!(
                             "{}: stream ended, re-creating its watchers",
@@ -483,6 +516,11 @@ impl Driver {
         let slot = &mut self.slots[index];
         if response.canceled {
             by_id.remove(&response.watch_id);
+            if self.token_was_refused(&response.cancel_reason) {
+                self.slots[index].phase = Phase::Waiting;
+                return;
+            }
+            let slot = &mut self.slots[index];
             let end = if matches!(slot.phase, Phase::Cancelling(_)) {
                 WatchEnd::CancelledByClient
             } else {
@@ -515,6 +553,11 @@ impl Driver {
         by_id: &mut BTreeMap<i64, usize>,
     ) {
         let index = create.slot;
+        if response.canceled && self.token_was_refused(&response.cancel_reason) {
+            // Created again, with a new token, on the next stream.
+            self.slots[index].phase = Phase::Waiting;
+            return;
+        }
         if response.canceled {
             // Refused (watch ID -1) or cancelled at once (a compacted start revision).
             let end = if response.watch_id == -1 {
@@ -567,6 +610,16 @@ impl Driver {
             slot.log.start = Some(start);
         }
         self.check_complete(index);
+    }
+
+    /// Whether a cancel `reason` is etcd refusing the stream's token (then the stream is re-opened with a new one).
+    fn token_was_refused(&mut self, reason: &str) -> bool {
+        let refused = self
+            .session
+            .as_mut()
+            .is_some_and(|session| session.refused_watcher(reason));
+        self.token_refused |= refused;
+        refused
     }
 
     /// Marks a watcher complete once it has everything through its fence target.

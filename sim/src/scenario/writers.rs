@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::Channel;
 
+use super::login::{Login, Session, with_token};
 use super::logs::now;
 use super::watchers::Fence;
 use crate::model::Cluster;
@@ -24,47 +25,76 @@ pub fn keyspace() -> Vec<Vec<u8>> {
     (0..6).map(|i| format!("k/{i}").into_bytes()).collect()
 }
 
-/// Clients of every member, tried in turn until one answers.
+/// Clients of every member, tried in turn until one answers; under auth, as one user ([`MemberClients::as_user`]).
 pub struct MemberClients {
-    clients: Vec<KvClient<Channel>>,
+    channels: Vec<Channel>,
     next: usize,
+    session: Option<Session>,
 }
 
 impl MemberClients {
     pub fn new(members: usize, dialer: &Dialer) -> Self {
         Self {
-            clients: (0..members)
-                .map(|m| KvClient::new(dialer.channel(&member_authority(m))))
+            channels: (0..members)
+                .map(|m| dialer.channel(&member_authority(m)))
                 .collect(),
             next: 0,
+            session: None,
         }
+    }
+
+    /// Every call as `login`'s user (auth on).
+    pub fn as_user(mut self, login: Login) -> Self {
+        self.session = Some(Session::new(login));
+        self
+    }
+
+    /// The member's client and the token to send to it (`Err`: the member gave no token).
+    async fn client(&mut self) -> Result<(KvClient<Channel>, Option<String>), ()> {
+        let channel = self.channels[self.next].clone();
+        let token = match &mut self.session {
+            Some(session) => Some(session.token(&channel).await.ok_or(())?),
+            None => None,
+        };
+        Ok((KvClient::new(channel), token))
     }
 
     /// Sends `request` to the members in turn until one answers (crashed members refuse at once).
     pub async fn txn(&mut self, request: TxnRequest) -> Option<i64> {
-        for _ in 0..self.clients.len() * 3 {
-            let client = &mut self.clients[self.next];
-            let call = client.txn(request.clone());
-            match tokio::time::timeout(Duration::from_millis(500), call).await {
-                Ok(Ok(response)) => {
-                    return response.into_inner().header.map(|h| h.revision);
+        for _ in 0..self.channels.len() * 3 {
+            if let Ok((mut client, token)) = self.client().await {
+                let call = client.txn(with_token(request.clone(), token.as_deref()));
+                match tokio::time::timeout(Duration::from_millis(500), call).await {
+                    Ok(Ok(response)) => {
+                        return response.into_inner().header.map(|h| h.revision);
+                    }
+                    Ok(Err(status)) => self.failed(&status),
+                    Err(_) => {}
                 }
-                _ => self.next = (self.next + 1) % self.clients.len(),
             }
+            self.next = (self.next + 1) % self.channels.len();
         }
         None
     }
 
     pub async fn compact(&mut self, revision: i64) {
-        let client = &mut self.clients[self.next];
-        let _ = tokio::time::timeout(
-            Duration::from_millis(500),
-            client.compact(CompactionRequest {
-                revision,
-                physical: false,
-            }),
-        )
-        .await;
+        let Ok((mut client, token)) = self.client().await else {
+            return;
+        };
+        let request = CompactionRequest {
+            revision,
+            physical: false,
+        };
+        let call = client.compact(with_token(request, token.as_deref()));
+        if let Ok(Err(status)) = tokio::time::timeout(Duration::from_millis(500), call).await {
+            self.failed(&status);
+        }
+    }
+
+    fn failed(&mut self, status: &tonic::Status) {
+        if let Some(session) = &mut self.session {
+            session.failed(status);
+        }
     }
 }
 
@@ -139,7 +169,11 @@ pub async fn direct_writer(
 
 /// Puts every key of the keyspace in one txn, straight to a member; returns its revision.
 pub async fn fence(members: usize, dialer: Dialer, trace: Trace) -> i64 {
-    let mut members = MemberClients::new(members, &dialer);
+    fence_by(MemberClients::new(members, &dialer), trace).await
+}
+
+/// [`fence`], by `members` (a user's clients, under auth).
+pub async fn fence_by(mut members: MemberClients, trace: Trace) -> i64 {
     put_every_key(&mut members, &trace).await
 }
 
