@@ -137,3 +137,134 @@ async fn every_caller_renews_through_the_proxy_exactly_as_etcd_lets_it_renew_dir
         "etcd refused the lease's own writer a renewal"
     );
 }
+
+/// A keep-alive stream through `addr` as `token`, fed one request at a time.
+struct KeepAlive {
+    requests: tokio::sync::mpsc::Sender<LeaseKeepAliveRequest>,
+    answers: tonic::Streaming<proto::etcdserverpb::LeaseKeepAliveResponse>,
+}
+
+impl KeepAlive {
+    async fn open(addr: &str, token: &str) -> Self {
+        let (requests, rx) = tokio::sync::mpsc::channel(4);
+        let answers = LeaseClient::new(channel(addr).await)
+            .lease_keep_alive(as_caller(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+                token,
+            ))
+            .await
+            .expect("a keep-alive stream through the proxy")
+            .into_inner();
+        Self { requests, answers }
+    }
+
+    async fn send(&self, lease: i64) {
+        self.requests
+            .send(LeaseKeepAliveRequest { id: lease })
+            .await
+            .expect("the stream takes requests");
+    }
+
+    /// The next answer's TTL, or the status the stream ended with, as "Code: message".
+    async fn answer(&mut self) -> Result<i64, String> {
+        match tokio::time::timeout(DEADLINE, self.answers.next()).await {
+            Err(_) => panic!("no answer through the proxy within {DEADLINE:?}"),
+            Ok(Some(Ok(answer))) => Ok(answer.ttl),
+            Ok(Some(Err(s))) => Err(status(&s)),
+            Ok(None) => Err("the stream ended without an answer".to_string()),
+        }
+    }
+}
+
+/// The renewals the proxy has sent upstream.
+async fn forwarded(proxy: &testkit::ProxyProcess) -> f64 {
+    let text = proxy.metrics().await;
+    support::metrics::value(&text, "etcd_grpc_proxy_lease_renewals_forwarded_total", &[])
+        .expect("the proxy counts forwarded renewals")
+}
+
+/// One client's two keep-alive streams share its token, so the proxy renews for both on one upstream stream. One
+/// renews a lease whose key the client may not write, which etcd 3.5.30 refuses by ending the stream; the other a
+/// lease of its own. Both renewals are in flight upstream when etcd answers (etcd is paused while they go out).
+/// Each stream is answered as etcd answers it directly: the refused one ends with etcd's error, the other is
+/// renewed. (Before 3.5.30 etcd renews both; the comparison holds there too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_renewal_ends_only_its_own_stream_not_another_stream_with_the_same_token() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let ep = etcd.endpoint(0);
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "writer:writerpw"],
+        &["role", "add", "write-w"],
+        &[
+            "role",
+            "grant-permission",
+            "write-w",
+            "readwrite",
+            "w/",
+            "--prefix",
+        ],
+        &["user", "grant-role", "writer", "write-w"],
+        &["auth", "enable"],
+    ] {
+        etcd.etcdctl(0).ok(args).await;
+    }
+    let root = token(&ep, "root", "rootpw").await;
+    let writer = token(&ep, "writer", "writerpw").await;
+    // Granted first, so its ID is the lower: sent in one batch with the other, it goes first, and etcd, which
+    // answers a stream's requests in order, refuses it before it reads the other.
+    let forbidden = lease_with_key(&ep, &root, "x/1").await;
+    let own = lease_with_key(&ep, &writer, "w/1").await;
+    let direct_forbidden = renew_once(&ep, &writer, forbidden).await;
+    let direct_own = renew_once(&ep, &writer, own).await;
+    assert!(
+        direct_own.is_ok(),
+        "etcd refused the writer its own lease: {direct_own:?}"
+    );
+
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let addr = proxy.addr();
+    let mut refused = KeepAlive::open(&addr, &writer).await;
+    let mut renewed = KeepAlive::open(&addr, &writer).await;
+    // The upstream stream is open before etcd pauses.
+    renewed.send(own).await;
+    assert!(renewed.answer().await.is_ok_and(|ttl| ttl > 0));
+    let before = forwarded(&proxy).await;
+
+    etcd.pause(0);
+    refused.send(forbidden).await;
+    testkit::wait_for("the refused renewal to go upstream", DEADLINE, || async {
+        let sent = forwarded(&proxy).await;
+        (sent > before)
+            .then_some(())
+            .ok_or(format!("{sent} forwarded"))
+    })
+    .await;
+    renewed.send(own).await;
+    testkit::wait_for("both renewals to go upstream", DEADLINE, || async {
+        let sent = forwarded(&proxy).await;
+        (sent > before + 1.0)
+            .then_some(())
+            .ok_or(format!("{sent} forwarded"))
+    })
+    .await;
+    etcd.resume(0);
+
+    let through_refused = refused.answer().await;
+    let through_renewed = renewed.answer().await;
+    assert_eq!(
+        through_refused.as_ref().map(|ttl| *ttl > 0),
+        direct_forbidden.as_ref().map(|ttl| *ttl > 0),
+        "the stream renewing the forbidden lease: through the proxy {through_refused:?}, directly {direct_forbidden:?}"
+    );
+    if let Err(direct) = &direct_forbidden {
+        assert_eq!(through_refused.as_ref().unwrap_err(), direct);
+    }
+    assert!(
+        through_renewed.as_ref().is_ok_and(|ttl| *ttl > 0),
+        "the other stream with the same token, renewing the writer's own lease: {through_renewed:?}"
+    );
+}

@@ -12,6 +12,8 @@
 //! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover) and every renewal not
 //!   yet answered is sent again; clients see only a later answer, never an error, while an endpoint is up. A
 //!   request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody keeps.
+//! - When etcd refuses a renewal (a lease whose keys the token may not write), only the client streams of the leases
+//!   it refuses end with its error ([`super::refusal`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -29,6 +31,8 @@ use tonic::{Request, Status, Streaming};
 use crate::error;
 use crate::metrics::Metrics;
 use crate::upstream::{Active, NO_LEADER, Upstream};
+
+use super::refusal;
 
 /// One client request waiting for its answer.
 pub struct Waiter {
@@ -51,12 +55,23 @@ pub struct Renew {
 
 /// Renewals of one lease: requests waiting for the next send, and batches sent but not yet answered.
 #[derive(Default)]
-struct LeaseRenewals {
+pub(super) struct LeaseRenewals {
     queued: Vec<Waiter>,
     in_flight: VecDeque<(Instant, Vec<Waiter>)>,
 }
 
 impl LeaseRenewals {
+    pub(super) fn has_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    /// Every request waiting, sent or not.
+    pub(super) fn into_waiters(self) -> impl Iterator<Item = Waiter> {
+        self.queued
+            .into_iter()
+            .chain(self.in_flight.into_iter().flat_map(|(_, batch)| batch))
+    }
+
     fn is_idle(&self) -> bool {
         self.queued.is_empty() && self.in_flight.is_empty()
     }
@@ -68,7 +83,7 @@ const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How often the stream checks that it is still on the active endpoint and that etcd answers.
 const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// A renewal unanswered for this long means the endpoint cannot serve (a partition, a hung member).
-const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Requests taken from the queue in one go (bounds the work between two looks at the upstream stream).
 const DRAIN_BATCH: usize = 4096;
 
@@ -111,9 +126,13 @@ pub async fn run(
                     fail_leader_requirers(&mut leases, &status);
                 } else if error::is_endpoint_failure(&status) {
                     upstream.report_failure(&pick);
+                } else if refusal::refuses_one_renewal(&status) {
+                    // Perhaps of one client's renewal only: only the leases etcd refuses fail.
+                    let token = token.as_ref();
+                    refusal::settle(&upstream, &pick, token, &metrics, &mut leases, &status).await;
                 } else {
-                    // An answer from etcd ending the stream (not an endpoint failure): every unanswered request
-                    // gets it, as it would on a direct stream.
+                    // etcd's refusal of the caller ending the stream (an invalid token, say): every unanswered
+                    // request gets it, as it would on a direct stream.
                     fail_all(&mut leases, &status);
                 }
                 tracing::debug!(%status, "upstream keep-alive stream ended; re-opening");
@@ -158,14 +177,7 @@ impl Stream<'_> {
             token,
         } = *self;
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut request = Request::new(UnboundedReceiverStream::new(rx));
-        // Ask etcd to end the stream when it loses its leader, so that the proxy fails over instead of waiting.
-        request
-            .metadata_mut()
-            .insert("hasleader", MetadataValue::from_static("true"));
-        if let Some(token) = token {
-            request.metadata_mut().insert("token", token.clone());
-        }
+        let request = keep_alive_request(UnboundedReceiverStream::new(rx), token);
         let mut client = LeaseClient::new(pick.channel.clone())
             .max_decoding_message_size(upstream.max_recv_bytes);
         send_queued(leases, &tx, metrics);
@@ -224,6 +236,22 @@ impl Stream<'_> {
             }
         }
     }
+}
+
+/// An upstream keep-alive stream of `requests` as the caller with `token`.
+pub(super) fn keep_alive_request<S>(
+    requests: S,
+    token: Option<&MetadataValue<Ascii>>,
+) -> Request<S> {
+    let mut request = Request::new(requests);
+    // Ask etcd to end the stream when it loses its leader, so that the proxy fails over instead of waiting.
+    request
+        .metadata_mut()
+        .insert("hasleader", MetadataValue::from_static("true"));
+    if let Some(token) = token {
+        request.metadata_mut().insert("token", token.clone());
+    }
+    request
 }
 
 /// Renewals sent on a stream that ended have an unknown outcome: queue their requests to be sent again.
@@ -296,13 +324,9 @@ fn deliver(leases: &mut BTreeMap<i64, LeaseRenewals>, answer: LeaseKeepAliveResp
     }
 }
 
-fn fail_all(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
+pub(super) fn fail_all(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
     for (_, renewals) in std::mem::take(leases) {
-        for waiter in renewals
-            .queued
-            .into_iter()
-            .chain(renewals.in_flight.into_iter().flat_map(|(_, batch)| batch))
-        {
+        for waiter in renewals.into_waiters() {
             let _ = waiter
                 .answers
                 .try_send((Err(error::to_client(clone_status(status))), waiter.permit));

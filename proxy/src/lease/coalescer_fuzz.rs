@@ -271,7 +271,8 @@ enum End {
     Broken,
     /// etcd lost its leader (the stream asks for one): streams that require a leader are told, others retried.
     NoLeader,
-    /// etcd ended the stream with an error that is no endpoint failure: every waiting request gets it.
+    /// etcd ended the stream refusing the caller (an invalid token; no endpoint failure): every waiting request
+    /// gets it. (A refusal of one renewal is settled by renewing each lease alone: `refusal`, tested on etcd.)
     EtcdError,
     /// Another endpoint became active, or the stream ended cleanly: re-opened at once, renewals retried.
     Moved,
@@ -282,7 +283,7 @@ impl End {
         match self {
             End::Broken => Some(Status::unavailable("upstream keep-alive stream ended")),
             End::NoLeader => Some(Status::unavailable(NO_LEADER)),
-            End::EtcdError => Some(Status::permission_denied("etcdserver: permission denied")),
+            End::EtcdError => Some(Status::unauthenticated("etcdserver: invalid auth token")),
             End::Moved => None,
         }
     }

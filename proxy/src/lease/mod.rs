@@ -5,9 +5,10 @@
 //! One upstream stream per token, because etcd checks each renewal's token (from 3.5.30: none is "user name is
 //! empty", and a user may renew only a lease whose keys it may write): a renewal sent with another caller's token,
 //! or with none, would be answered as that caller, not as this one. Without auth no caller has a token and every
-//! renewal shares one stream.
+//! renewal shares one stream. etcd ends a stream when it refuses one renewal; [`refusal`] finds whose it was.
 
 pub mod coalescer;
+mod refusal;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
