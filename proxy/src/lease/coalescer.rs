@@ -15,15 +15,14 @@
 //! - When etcd refuses a renewal (a lease whose keys the token may not write), only the client streams of the leases
 //!   it refuses end with its error ([`super::refusal`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use proto::etcdserverpb::lease_client::LeaseClient;
 use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
-use tokio::time::Instant;
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status, Streaming};
@@ -33,49 +32,10 @@ use crate::metrics::Metrics;
 use crate::upstream::{Active, NO_LEADER, Upstream};
 
 use super::refusal;
-
-/// One client request waiting for its answer.
-pub struct Waiter {
-    /// Where the answer goes (the client stream's response queue).
-    pub answers: mpsc::Sender<Answer>,
-    /// Counts against the client stream's limit of unanswered requests until the client reads the answer.
-    pub permit: OwnedSemaphorePermit,
-    /// The client stream requires a leader (`hasleader: true`).
-    pub requires_leader: bool,
-}
-
-/// An answer on its way to a client stream, holding the permit of the request it answers.
-pub type Answer = (Result<LeaseKeepAliveResponse, Status>, OwnedSemaphorePermit);
-
-/// A keep-alive request from a client stream.
-pub struct Renew {
-    pub lease_id: i64,
-    pub waiter: Waiter,
-}
-
-/// Renewals of one lease: requests waiting for the next send, and batches sent but not yet answered.
-#[derive(Default)]
-pub(super) struct LeaseRenewals {
-    queued: Vec<Waiter>,
-    in_flight: VecDeque<(Instant, Vec<Waiter>)>,
-}
-
-impl LeaseRenewals {
-    pub(super) fn has_in_flight(&self) -> bool {
-        !self.in_flight.is_empty()
-    }
-
-    /// Every request waiting, sent or not.
-    pub(super) fn into_waiters(self) -> impl Iterator<Item = Waiter> {
-        self.queued
-            .into_iter()
-            .chain(self.in_flight.into_iter().flat_map(|(_, batch)| batch))
-    }
-
-    fn is_idle(&self) -> bool {
-        self.queued.is_empty() && self.in_flight.is_empty()
-    }
-}
+use super::renewals::{
+    LeaseRenewals, Renew, deliver, fail_all, fail_leader_requirers, forget_departed,
+    oldest_in_flight, queue, requeue_unanswered, send_queued,
+};
 
 /// Pause before re-opening the upstream stream after a failure, growing up to the maximum.
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
@@ -83,7 +43,7 @@ const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How often the stream checks that it is still on the active endpoint and that etcd answers.
 const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// A renewal unanswered for this long means the endpoint cannot serve (a partition, a hung member).
-pub(super) const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
+const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Requests taken from the queue in one go (bounds the work between two looks at the upstream stream).
 const DRAIN_BATCH: usize = 4096;
 
@@ -128,8 +88,11 @@ pub async fn run(
                     upstream.report_failure(&pick);
                 } else if refusal::refuses_one_renewal(&status) {
                     // Perhaps of one client's renewal only: only the leases etcd refuses fail.
-                    let token = token.as_ref();
-                    refusal::settle(&upstream, &pick, token, &metrics, &mut leases, &status).await;
+                    let renew_alone = |id| {
+                        metrics.lease_renewals_forwarded.inc();
+                        renew_alone(&upstream, &pick, token.as_ref(), id)
+                    };
+                    refusal::settle(&mut leases, &status, renew_alone).await;
                 } else {
                     // etcd's refusal of the caller ending the stream (an invalid token, say): every unanswered
                     // request gets it, as it would on a direct stream.
@@ -239,10 +202,7 @@ impl Stream<'_> {
 }
 
 /// An upstream keep-alive stream of `requests` as the caller with `token`.
-pub(super) fn keep_alive_request<S>(
-    requests: S,
-    token: Option<&MetadataValue<Ascii>>,
-) -> Request<S> {
+fn keep_alive_request<S>(requests: S, token: Option<&MetadataValue<Ascii>>) -> Request<S> {
     let mut request = Request::new(requests);
     // Ask etcd to end the stream when it loses its leader, so that the proxy fails over instead of waiting.
     request
@@ -254,121 +214,33 @@ pub(super) fn keep_alive_request<S>(
     request
 }
 
-/// Renewals sent on a stream that ended have an unknown outcome: queue their requests to be sent again.
-fn requeue_unanswered(leases: &mut BTreeMap<i64, LeaseRenewals>) {
-    for renewals in leases.values_mut() {
-        let unanswered: Vec<Waiter> = renewals
-            .in_flight
-            .drain(..)
-            .flat_map(|(_, batch)| batch)
-            .collect();
-        renewals.queued.splice(0..0, unanswered);
-    }
-}
-
-fn queue(leases: &mut BTreeMap<i64, LeaseRenewals>, renew: Renew) {
-    leases
-        .entry(renew.lease_id)
-        .or_default()
-        .queued
-        .push(renew.waiter);
-}
-
-/// Drops the queued requests of client streams that have ended, and the leases left with nothing to do.
-///
-/// Nobody waits for such a request's answer, and renewing for it would keep the lease alive after its client
-/// stopped, which a client talking to etcd directly would not see: its request was either renewed before it left
-/// or never arrived. Such requests are the ones re-queued after a broken upstream stream, or queued while their
-/// client left.
-fn forget_departed(leases: &mut BTreeMap<i64, LeaseRenewals>) {
-    for renewals in leases.values_mut() {
-        renewals.queued.retain(|waiter| !waiter.answers.is_closed());
-    }
-    leases.retain(|_, renewals| !renewals.is_idle());
-}
-
-/// Sends one renewal per lease with queued requests from client streams still open.
-fn send_queued(
-    leases: &mut BTreeMap<i64, LeaseRenewals>,
-    tx: &mpsc::UnboundedSender<LeaseKeepAliveRequest>,
-    metrics: &Metrics,
-) {
-    forget_departed(leases);
-    for (&id, renewals) in leases.iter_mut() {
-        if renewals.queued.is_empty() {
-            continue;
-        }
-        let batch = std::mem::take(&mut renewals.queued);
-        metrics.lease_renewals_forwarded.inc();
-        metrics.lease_renewals_shared.inc_by(batch.len() as u64 - 1);
-        renewals.in_flight.push_back((Instant::now(), batch));
-        // If the stream is gone the batch stays in flight and is re-sent on the next stream.
-        let _ = tx.send(LeaseKeepAliveRequest { id });
-    }
-}
-
-/// Answers the oldest renewal in flight for the answered lease.
-fn deliver(leases: &mut BTreeMap<i64, LeaseRenewals>, answer: LeaseKeepAliveResponse) {
-    let Some(renewals) = leases.get_mut(&answer.id) else {
-        return;
+/// Renews lease `id` once on a stream of its own to the `pick` endpoint, as the caller with `token`.
+async fn renew_alone(
+    upstream: &Upstream,
+    pick: &Active,
+    token: Option<&MetadataValue<Ascii>>,
+    id: i64,
+) -> Result<LeaseKeepAliveResponse, Status> {
+    // Kept open until the answer is read: a half-close could end the stream before etcd answers.
+    let requests =
+        futures::stream::iter([LeaseKeepAliveRequest { id }]).chain(futures::stream::pending());
+    let renewal = async {
+        LeaseClient::new(pick.channel.clone())
+            .max_decoding_message_size(upstream.max_recv_bytes)
+            .lease_keep_alive(keep_alive_request(requests, token))
+            .await?
+            .into_inner()
+            .message()
+            .await?
+            .ok_or_else(|| Status::unavailable("upstream keep-alive stream ended"))
     };
-    let Some((_, batch)) = renewals.in_flight.pop_front() else {
-        return;
-    };
-    for waiter in batch {
-        // A client that went away no longer needs its answer.
-        let _ = waiter.answers.try_send((Ok(answer), waiter.permit));
-    }
-    if renewals.is_idle() {
-        leases.remove(&answer.id);
-    }
-}
-
-pub(super) fn fail_all(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
-    for (_, renewals) in std::mem::take(leases) {
-        for waiter in renewals.into_waiters() {
-            let _ = waiter
-                .answers
-                .try_send((Err(error::to_client(clone_status(status))), waiter.permit));
-        }
-    }
-}
-
-fn fail_leader_requirers(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
-    for renewals in leases.values_mut() {
-        let waiters = std::mem::take(&mut renewals.queued);
-        let (failed, kept): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.requires_leader);
-        renewals.queued = kept;
-        for (_, batch) in renewals.in_flight.iter_mut() {
-            let (batch_failed, batch_kept): (Vec<_>, Vec<_>) = std::mem::take(batch)
-                .into_iter()
-                .partition(|w| w.requires_leader);
-            *batch = batch_kept;
-            for waiter in batch_failed {
-                let _ = waiter
-                    .answers
-                    .try_send((Err(Status::unavailable(status.message())), waiter.permit));
-            }
-        }
-        renewals.in_flight.retain(|(_, batch)| !batch.is_empty());
-        for waiter in failed {
-            let _ = waiter
-                .answers
-                .try_send((Err(Status::unavailable(status.message())), waiter.permit));
-        }
-    }
-    leases.retain(|_, renewals| !renewals.is_idle());
-}
-
-fn oldest_in_flight(leases: &BTreeMap<i64, LeaseRenewals>) -> Option<Instant> {
-    leases
-        .values()
-        .filter_map(|renewals| renewals.in_flight.front().map(|(sent, _)| *sent))
-        .min()
-}
-
-fn clone_status(status: &Status) -> Status {
-    Status::new(status.code(), status.message())
+    tokio::time::timeout(RENEWAL_TIMEOUT, renewal)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Status::unavailable(
+                "etcd did not answer a lease renewal in time",
+            ))
+        })
 }
 
 /// Runs `f` when dropped.
@@ -387,210 +259,3 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
 #[cfg(test)]
 #[path = "coalescer_fuzz.rs"]
 mod fuzz;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proto::etcdserverpb::ResponseHeader;
-    use tokio::sync::Semaphore;
-
-    struct Client {
-        answers: mpsc::Receiver<Answer>,
-        sender: mpsc::Sender<Answer>,
-        permits: Arc<Semaphore>,
-        requires_leader: bool,
-    }
-
-    impl Client {
-        fn new(requires_leader: bool) -> Self {
-            let (sender, answers) = mpsc::channel(16);
-            Self {
-                answers,
-                sender,
-                permits: Arc::new(Semaphore::new(16)),
-                requires_leader,
-            }
-        }
-
-        fn renew(&self, lease_id: i64) -> Renew {
-            let permit = self.permits.clone().try_acquire_owned().unwrap();
-            Renew {
-                lease_id,
-                waiter: Waiter {
-                    answers: self.sender.clone(),
-                    permit,
-                    requires_leader: self.requires_leader,
-                },
-            }
-        }
-
-        fn ttls(&mut self) -> Vec<Result<i64, tonic::Code>> {
-            let mut seen = Vec::new();
-            while let Ok((result, _permit)) = self.answers.try_recv() {
-                seen.push(result.map(|r| r.ttl).map_err(|s| s.code()));
-            }
-            seen
-        }
-    }
-
-    fn metrics() -> Metrics {
-        Metrics::new(prometheus::Registry::new()).unwrap()
-    }
-
-    fn answer(id: i64, ttl: i64) -> LeaseKeepAliveResponse {
-        LeaseKeepAliveResponse {
-            header: Some(ResponseHeader::default()),
-            id,
-            ttl,
-        }
-    }
-
-    fn sent(rx: &mut mpsc::UnboundedReceiver<LeaseKeepAliveRequest>) -> Vec<i64> {
-        std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|r| r.id)
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn requests_queued_together_share_one_renewal() {
-        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
-        let (mut a, mut b) = (Client::new(false), Client::new(false));
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, a.renew(7));
-        queue(&mut leases, b.renew(7));
-        send_queued(&mut leases, &tx, &metrics);
-        assert_eq!(sent(&mut upstream), vec![7], "one renewal for two requests");
-        deliver(&mut leases, answer(7, 30));
-        assert_eq!((a.ttls(), b.ttls()), (vec![Ok(30)], vec![Ok(30)]));
-        assert_eq!(metrics.lease_renewals_forwarded.get(), 1);
-        assert_eq!(metrics.lease_renewals_shared.get(), 1);
-        assert!(leases.is_empty(), "nothing is kept for an idle lease");
-    }
-
-    #[tokio::test]
-    async fn a_request_never_gets_the_answer_of_a_renewal_sent_before_it_arrived() {
-        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
-        let (mut early, mut late) = (Client::new(false), Client::new(false));
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, early.renew(7));
-        send_queued(&mut leases, &tx, &metrics);
-        queue(&mut leases, late.renew(7));
-        send_queued(&mut leases, &tx, &metrics);
-        assert_eq!(sent(&mut upstream), vec![7, 7]);
-        deliver(&mut leases, answer(7, 29));
-        assert_eq!(
-            (early.ttls(), late.ttls()),
-            (vec![Ok(29)], vec![]),
-            "the first answer is the early renewal's"
-        );
-        deliver(&mut leases, answer(7, 30));
-        assert_eq!(late.ttls(), vec![Ok(30)]);
-    }
-
-    #[tokio::test]
-    async fn answers_are_routed_by_lease_id_and_unknown_leases_get_ttl_zero() {
-        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
-        let (mut a, mut b) = (Client::new(false), Client::new(false));
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, a.renew(1));
-        queue(&mut leases, b.renew(2));
-        send_queued(&mut leases, &tx, &metrics);
-        assert_eq!(sent(&mut upstream), vec![1, 2]);
-        deliver(&mut leases, answer(2, 0));
-        deliver(&mut leases, answer(1, 10));
-        assert_eq!((a.ttls(), b.ttls()), (vec![Ok(10)], vec![Ok(0)]));
-        deliver(&mut leases, answer(3, 10));
-        assert!(leases.is_empty(), "an answer nobody waits for is dropped");
-    }
-
-    #[tokio::test]
-    async fn unanswered_renewals_are_sent_once_more_on_the_next_stream() {
-        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
-        let mut a = Client::new(false);
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, a.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
-        queue(&mut leases, a.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
-        assert_eq!(sent(&mut upstream), vec![1, 1]);
-        requeue_unanswered(&mut leases);
-        send_queued(&mut leases, &tx, &metrics);
-        assert_eq!(
-            sent(&mut upstream),
-            vec![1],
-            "both unanswered requests share the renewal on the new stream"
-        );
-        deliver(&mut leases, answer(1, 9));
-        assert_eq!(a.ttls(), vec![Ok(9), Ok(9)]);
-    }
-
-    #[tokio::test]
-    async fn the_renewal_of_a_client_that_left_is_not_sent_again_on_the_next_stream() {
-        let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
-        let (gone, mut staying) = (Client::new(false), Client::new(false));
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, gone.renew(1));
-        queue(&mut leases, staying.renew(2));
-        send_queued(&mut leases, &tx, &metrics);
-        queue(&mut leases, gone.renew(3));
-        assert_eq!(sent(&mut upstream), vec![1, 2]);
-        // The client stream ends while its renewal is unanswered (the upstream stream broke) and while another of
-        // its requests still waits to be sent.
-        drop(gone);
-        requeue_unanswered(&mut leases);
-        send_queued(&mut leases, &tx, &metrics);
-        assert_eq!(
-            sent(&mut upstream),
-            vec![2],
-            "a renewal nobody waits for would keep the lease alive after its client stopped"
-        );
-        deliver(&mut leases, answer(2, 9));
-        assert_eq!(staying.ttls(), vec![Ok(9)]);
-        assert!(leases.is_empty(), "nothing is kept for the departed client");
-    }
-
-    #[tokio::test]
-    async fn only_streams_that_require_a_leader_are_told_there_is_none() {
-        let (metrics, (tx, _upstream)) = (metrics(), mpsc::unbounded_channel());
-        let (mut strict, mut relaxed) = (Client::new(true), Client::new(false));
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, strict.renew(1));
-        queue(&mut leases, relaxed.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
-        queue(&mut leases, strict.renew(1));
-        fail_leader_requirers(&mut leases, &Status::unavailable(NO_LEADER));
-        assert_eq!(
-            strict.ttls(),
-            vec![Err(tonic::Code::Unavailable), Err(tonic::Code::Unavailable)]
-        );
-        assert_eq!(relaxed.ttls(), vec![]);
-        deliver(&mut leases, answer(1, 5));
-        assert_eq!(
-            relaxed.ttls(),
-            vec![Ok(5)],
-            "the other stream still gets its answer"
-        );
-    }
-
-    #[tokio::test]
-    async fn an_error_from_etcd_reaches_every_waiting_request() {
-        let (metrics, (tx, _upstream)) = (metrics(), mpsc::unbounded_channel());
-        let mut a = Client::new(false);
-        let mut leases = BTreeMap::new();
-        queue(&mut leases, a.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
-        queue(&mut leases, a.renew(2));
-        fail_all(
-            &mut leases,
-            &Status::invalid_argument("etcdserver: something"),
-        );
-        assert_eq!(
-            a.ttls(),
-            vec![
-                Err(tonic::Code::InvalidArgument),
-                Err(tonic::Code::InvalidArgument)
-            ]
-        );
-        assert!(leases.is_empty());
-    }
-}

@@ -18,11 +18,11 @@ use testkit::fuzz::check;
 use tokio::sync::{Semaphore, mpsc};
 use tonic::Status;
 
-use super::{
-    LeaseRenewals, Renew, Waiter, deliver, fail_all, fail_leader_requirers, forget_departed, queue,
-    requeue_unanswered, send_queued,
-};
 use crate::error;
+use crate::lease::renewals::{
+    Answer, LeaseRenewals, Renew, Waiter, deliver, fail_all, fail_leader_requirers,
+    forget_departed, queue, requeue_unanswered, send_queued,
+};
 use crate::metrics::Metrics;
 use crate::upstream::NO_LEADER;
 
@@ -400,9 +400,9 @@ fn setup() -> impl Strategy<Value = Setup> {
 
 struct Client {
     stream: u64,
-    answers: mpsc::Receiver<super::Answer>,
+    answers: mpsc::Receiver<Answer>,
     /// The client reader's sender, cloned into each request's waiter.
-    sender: mpsc::Sender<super::Answer>,
+    sender: mpsc::Sender<Answer>,
     permits: Arc<Semaphore>,
     requires_leader: bool,
     slow: bool,

@@ -9,6 +9,7 @@
 
 pub mod coalescer;
 mod refusal;
+pub mod renewals;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,7 @@ use crate::error;
 use crate::metrics::Metrics;
 use crate::upstream::outbound::{OnDrop, Outbound};
 use crate::upstream::{BoxStream, Forwarded, Upstream};
-use coalescer::{Answer, Renew, Waiter};
+use renewals::{Answer, Renew, Waiter};
 
 /// Requests one client stream may have unanswered (or answered but unread); beyond it the proxy stops reading
 /// that stream's requests, so a client that never reads cannot grow the proxy's memory.

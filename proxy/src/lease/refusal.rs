@@ -6,19 +6,16 @@
 //! refuses there fail. Their clients end as they would on etcd; the others get the renewal's answer.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use futures::StreamExt;
-use proto::etcdserverpb::lease_client::LeaseClient;
-use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
-use tonic::metadata::{Ascii, MetadataValue};
+use proto::etcdserverpb::LeaseKeepAliveResponse;
 use tonic::{Code, Status};
 
-use super::coalescer::{LeaseRenewals, RENEWAL_TIMEOUT, fail_all, keep_alive_request};
+use super::renewals::{LeaseRenewals, fail_all};
 use crate::error;
-use crate::metrics::Metrics;
-use crate::upstream::{Active, Upstream};
 
-/// Streams of one renewal each open at once while finding the refused leases.
+/// Leases renewed alone at once while finding the refused ones.
 const TRIALS_AT_ONCE: usize = 32;
 
 /// Whether etcd's end of a keep-alive stream may be its refusal of one renewal rather than of the caller.
@@ -28,16 +25,16 @@ pub fn refuses_one_renewal(status: &Status) -> bool {
 
 /// Settles the renewals left unanswered by a stream that etcd ended with `status`, a refusal of one renewal: with
 /// none in flight the refusal was not of a renewal (every request gets it); with one, that lease is the one; with
-/// several, each is renewed again alone, and its waiters get that renewal's answer or refusal. A lease whose
-/// renewal fails otherwise (the endpoint broke) stays queued for the next stream.
-pub async fn settle(
-    upstream: &Upstream,
-    pick: &Active,
-    token: Option<&MetadataValue<Ascii>>,
-    metrics: &Metrics,
+/// several, each is renewed again by `renew_alone` (on a stream of its own), and its waiters get that renewal's
+/// answer or refusal. A lease whose renewal fails otherwise (the endpoint broke) stays for the next stream.
+pub async fn settle<F, Fut>(
     leases: &mut BTreeMap<i64, LeaseRenewals>,
     status: &Status,
-) {
+    renew_alone: F,
+) where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = Result<LeaseKeepAliveResponse, Status>>,
+{
     let suspects: Vec<i64> = leases
         .iter()
         .filter(|(_, renewals)| renewals.has_in_flight())
@@ -47,11 +44,9 @@ pub async fn settle(
         [] => fail_all(leases, status),
         [refused] => fail_lease(leases, refused, status),
         _ => {
+            let renew_alone = &renew_alone;
             let trials = futures::stream::iter(suspects)
-                .map(|id| async move {
-                    metrics.lease_renewals_forwarded.inc();
-                    (id, renew_alone(upstream, pick, token, id).await)
-                })
+                .map(|id| async move { (id, renew_alone(id).await) })
                 .buffer_unordered(TRIALS_AT_ONCE)
                 .collect::<Vec<_>>()
                 .await;
@@ -66,35 +61,6 @@ pub async fn settle(
             }
         }
     }
-}
-
-/// Renews `id` once on a stream of its own to the `pick` endpoint, as the caller with `token`.
-async fn renew_alone(
-    upstream: &Upstream,
-    pick: &Active,
-    token: Option<&MetadataValue<Ascii>>,
-    id: i64,
-) -> Result<LeaseKeepAliveResponse, Status> {
-    // Kept open until the answer is read: a half-close could end the stream before etcd answers.
-    let requests =
-        futures::stream::iter([LeaseKeepAliveRequest { id }]).chain(futures::stream::pending());
-    let renewal = async {
-        LeaseClient::new(pick.channel.clone())
-            .max_decoding_message_size(upstream.max_recv_bytes)
-            .lease_keep_alive(keep_alive_request(requests, token))
-            .await?
-            .into_inner()
-            .message()
-            .await?
-            .ok_or_else(|| Status::unavailable("upstream keep-alive stream ended"))
-    };
-    tokio::time::timeout(RENEWAL_TIMEOUT, renewal)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Status::unavailable(
-                "etcd did not answer a lease renewal in time",
-            ))
-        })
 }
 
 /// Answers every waiter of lease `id` with `answer`. The coalescer reads no request while it settles, so each of
@@ -122,5 +88,142 @@ fn fail_lease(leases: &mut BTreeMap<i64, LeaseRenewals>, id: i64, status: &Statu
     {
         let refusal = error::to_client(Status::new(status.code(), status.message()));
         let _ = waiter.answers.try_send((Err(refusal), waiter.permit));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::renewals::{Answer, Renew, Waiter, queue, send_queued};
+    use crate::metrics::Metrics;
+    use proto::etcdserverpb::LeaseKeepAliveRequest;
+    use std::sync::Arc;
+    use tokio::sync::{Semaphore, mpsc};
+
+    /// A client stream: where its answers arrive.
+    struct Client {
+        sender: mpsc::Sender<Answer>,
+        answers: mpsc::Receiver<Answer>,
+    }
+
+    impl Client {
+        fn new() -> Self {
+            let (sender, answers) = mpsc::channel(8);
+            Self { sender, answers }
+        }
+
+        fn renew(&self, lease_id: i64) -> Renew {
+            let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+            Renew {
+                lease_id,
+                waiter: Waiter {
+                    answers: self.sender.clone(),
+                    permit,
+                    requires_leader: false,
+                },
+            }
+        }
+
+        /// The answers received so far: TTLs, or the codes of errors.
+        fn seen(&mut self) -> Vec<Result<i64, Code>> {
+            let mut seen = Vec::new();
+            while let Ok((answer, _)) = self.answers.try_recv() {
+                seen.push(answer.map(|a| a.ttl).map_err(|s| s.code()));
+            }
+            seen
+        }
+    }
+
+    fn denied() -> Status {
+        Status::permission_denied("etcdserver: permission denied")
+    }
+
+    /// `sent` renewed on an upstream stream (in flight), then `queued` waiting for the next; and what was sent.
+    fn in_flight(
+        sent: Vec<Renew>,
+        queued: Vec<Renew>,
+    ) -> (
+        BTreeMap<i64, LeaseRenewals>,
+        mpsc::UnboundedReceiver<LeaseKeepAliveRequest>,
+    ) {
+        let metrics = Metrics::new(prometheus::Registry::new()).unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut leases = BTreeMap::new();
+        for renew in sent {
+            queue(&mut leases, renew);
+        }
+        send_queued(&mut leases, &tx, &metrics);
+        for renew in queued {
+            queue(&mut leases, renew);
+        }
+        (leases, rx)
+    }
+
+    fn renewed(id: i64) -> Result<LeaseKeepAliveResponse, Status> {
+        Ok(LeaseKeepAliveResponse {
+            header: None,
+            id,
+            ttl: 60,
+        })
+    }
+
+    #[tokio::test]
+    async fn with_several_leases_unanswered_only_the_one_etcd_refuses_alone_fails() {
+        let (mut a, mut b) = (Client::new(), Client::new());
+        let (mut leases, _sent) = in_flight(vec![a.renew(1), b.renew(2)], vec![]);
+        settle(&mut leases, &denied(), |id| async move {
+            if id == 1 { Err(denied()) } else { renewed(id) }
+        })
+        .await;
+        assert_eq!(a.seen(), vec![Err(Code::PermissionDenied)]);
+        assert_eq!(b.seen(), vec![Ok(60)]);
+        assert!(leases.is_empty(), "every waiter was settled");
+    }
+
+    #[tokio::test]
+    async fn with_one_lease_unanswered_it_is_the_refused_one_and_queued_leases_wait() {
+        let (mut a, mut b) = (Client::new(), Client::new());
+        let (mut leases, _sent) = in_flight(vec![a.renew(1)], vec![b.renew(2)]);
+        settle(&mut leases, &denied(), |id| async move {
+            panic!("lease {id} renewed alone: only one was in flight")
+        })
+        .await;
+        assert_eq!(a.seen(), vec![Err(Code::PermissionDenied)]);
+        assert_eq!(
+            b.seen(),
+            vec![],
+            "lease 2 was never sent: nothing refused it"
+        );
+        assert_eq!(leases.keys().copied().collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[tokio::test]
+    async fn a_lease_whose_renewal_alone_breaks_stays_for_the_next_stream() {
+        let (mut a, mut b) = (Client::new(), Client::new());
+        let (mut leases, _sent) = in_flight(vec![a.renew(1), b.renew(2)], vec![]);
+        settle(&mut leases, &denied(), |id| async move {
+            if id == 1 {
+                Err(denied())
+            } else {
+                Err(Status::unavailable("connection reset"))
+            }
+        })
+        .await;
+        assert_eq!(a.seen(), vec![Err(Code::PermissionDenied)]);
+        assert_eq!(b.seen(), vec![]);
+        assert!(leases.get(&2).is_some_and(LeaseRenewals::has_in_flight));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_with_nothing_in_flight_reaches_every_waiting_request() {
+        let (mut a, mut b) = (Client::new(), Client::new());
+        let (mut leases, _sent) = in_flight(vec![], vec![a.renew(1), b.renew(2)]);
+        settle(&mut leases, &denied(), |id| async move {
+            panic!("lease {id} renewed alone: none was in flight")
+        })
+        .await;
+        assert_eq!(a.seen(), vec![Err(Code::PermissionDenied)]);
+        assert_eq!(b.seen(), vec![Err(Code::PermissionDenied)]);
+        assert!(leases.is_empty());
     }
 }
