@@ -6,6 +6,7 @@
 //! empty", and a user may renew only a lease whose keys it may write): a renewal sent with another caller's token,
 //! or with none, would be answered as that caller, not as this one. Without auth no caller has a token and every
 //! renewal shares one stream. etcd ends a stream when it refuses one renewal; [`refusal`] finds whose it was.
+//! [`renewals`] holds what each coalescer owes, lease by lease.
 
 pub mod coalescer;
 mod refusal;
