@@ -46,7 +46,32 @@ async fn renew_once(addr: &str, token: &str, lease: i64) -> Result<i64, String> 
         .unwrap_or_else(|_| panic!("no answer to a renewal on {addr} within {DEADLINE:?}"))
 }
 
-/// Grants a lease of `ttl` seconds as `token` on `addr` and attaches `key` to it.
+/// Adds root and `writer`, who may read and write `w/...`, then runs `more` (etcdctl arguments) and enables auth.
+async fn enable_auth_with_writer(etcd: &testkit::EtcdCluster, more: &[&[&str]]) {
+    let writer: [&[&str]; 5] = [
+        &["user", "add", "root:rootpw"],
+        &["user", "add", "writer:writerpw"],
+        &["role", "add", "write-w"],
+        &[
+            "role",
+            "grant-permission",
+            "write-w",
+            "readwrite",
+            "w/",
+            "--prefix",
+        ],
+        &["user", "grant-role", "writer", "write-w"],
+    ];
+    for args in writer
+        .iter()
+        .chain(more)
+        .chain([&["auth", "enable"][..]].iter())
+    {
+        etcd.etcdctl(0).ok(args).await;
+    }
+}
+
+/// Grants a lease of 60 seconds as `token` on `addr` and attaches `key` to it.
 async fn lease_with_key(addr: &str, token: &str, key: &str) -> i64 {
     let ch = channel(addr).await;
     let lease = LeaseClient::new(ch.clone())
@@ -77,19 +102,7 @@ async fn every_caller_renews_through_the_proxy_exactly_as_etcd_lets_it_renew_dir
     };
     let etcd = support::cluster(&binaries, 1, &[]).await;
     let ep = etcd.endpoint(0);
-    for args in [
-        &["user", "add", "root:rootpw"][..],
-        &["user", "add", "writer:writerpw"],
-        &["role", "add", "write-w"],
-        &[
-            "role",
-            "grant-permission",
-            "write-w",
-            "readwrite",
-            "w/",
-            "--prefix",
-        ],
-        &["user", "grant-role", "writer", "write-w"],
+    let reader: [&[&str]; 4] = [
         &["user", "add", "reader:readerpw"],
         &["role", "add", "read-w"],
         &[
@@ -101,10 +114,8 @@ async fn every_caller_renews_through_the_proxy_exactly_as_etcd_lets_it_renew_dir
             "--prefix",
         ],
         &["user", "grant-role", "reader", "read-w"],
-        &["auth", "enable"],
-    ] {
-        etcd.etcdctl(0).ok(args).await;
-    }
+    ];
+    enable_auth_with_writer(&etcd, &reader).await;
     let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
     let addr = proxy.addr();
 
@@ -195,23 +206,7 @@ async fn a_refused_renewal_ends_only_its_own_stream_not_another_stream_with_the_
     };
     let etcd = support::cluster(&binaries, 1, &[]).await;
     let ep = etcd.endpoint(0);
-    for args in [
-        &["user", "add", "root:rootpw"][..],
-        &["user", "add", "writer:writerpw"],
-        &["role", "add", "write-w"],
-        &[
-            "role",
-            "grant-permission",
-            "write-w",
-            "readwrite",
-            "w/",
-            "--prefix",
-        ],
-        &["user", "grant-role", "writer", "write-w"],
-        &["auth", "enable"],
-    ] {
-        etcd.etcdctl(0).ok(args).await;
-    }
+    enable_auth_with_writer(&etcd, &[]).await;
     let root = token(&ep, "root", "rootpw").await;
     let writer = token(&ep, "writer", "writerpw").await;
     // Granted first, so its ID is the lower: sent in one batch with the other, it goes first, and etcd, which
