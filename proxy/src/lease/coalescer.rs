@@ -9,6 +9,8 @@
 //! - Nothing is renewed unless a client asked: a lease whose clients stop expires within its TTL, as on etcd.
 //! - etcd answers the requests of one stream in order, so the answers for a lease match its renewals first-in,
 //!   first-out.
+//! - Each client stream reads its answers in the order of its requests, whatever their leases, as from etcd; once
+//!   an error ends a client stream, nothing more of it is read or renewed ([`super::replies`]).
 //! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover) and every renewal not
 //!   yet answered is sent again; clients see only a later answer, never an error, while an endpoint is up. A
 //!   request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody keeps.

@@ -6,11 +6,13 @@
 //! empty", and a user may renew only a lease whose keys it may write): a renewal sent with another caller's token,
 //! or with none, would be answered as that caller, not as this one. Without auth no caller has a token and every
 //! renewal shares one stream. etcd ends a stream when it refuses one renewal; [`refusal`] finds whose it was.
-//! [`renewals`] holds what each coalescer owes, lease by lease.
+//! [`renewals`] holds what each coalescer owes, lease by lease; [`replies`] puts each client stream's answers back in
+//! the order of its requests, and ends it at its first error.
 
 pub mod coalescer;
 mod refusal;
 pub mod renewals;
+pub mod replies;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,7 +27,8 @@ use crate::error;
 use crate::metrics::Metrics;
 use crate::upstream::outbound::{OnDrop, Outbound};
 use crate::upstream::{BoxStream, Forwarded, Upstream};
-use renewals::{Answer, Renew, Waiter};
+use renewals::{Renew, Waiter};
+use replies::{Answer, Replies};
 
 /// Requests one client stream may have unanswered (or answered but unread); beyond it the proxy stops reading
 /// that stream's requests, so a client that never reads cannot grow the proxy's memory.
@@ -103,6 +106,7 @@ fn client_stream(
     let (answers, answers_rx) = mpsc::channel::<Answer>(MAX_UNANSWERED_PER_STREAM);
     let (abort, abort_rx) = mpsc::channel::<Status>(1);
     let permits = Arc::new(Semaphore::new(MAX_UNANSWERED_PER_STREAM));
+    let replies = Replies::new(answers);
     tokio::spawn(async move {
         while let Some(next) = inbound.next().await {
             let request = match next {
@@ -115,8 +119,12 @@ fn client_stream(
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
+            // None once an error ends the stream: etcd reads no more of a stream it has ended.
+            let Some(reply) = replies.ticket() else {
+                return;
+            };
             let waiter = Waiter {
-                answers: answers.clone(),
+                reply,
                 permit,
                 requires_leader,
             };
@@ -131,7 +139,7 @@ fn client_stream(
                 return;
             }
         }
-        // Half-close: `answers` is dropped here, so the stream ends once every pending request is answered.
+        // Half-close: `replies` is dropped here, so the stream ends once every pending request is answered.
     });
     metrics.lease_client_streams.inc();
     let outbound = Outbound {
@@ -156,8 +164,11 @@ impl LeaseService {
             .acquire_owned()
             .await
             .expect("a new semaphore is open");
+        let reply = Replies::new(answers)
+            .ticket()
+            .expect("a new stream has not ended");
         let waiter = Waiter {
-            answers,
+            reply,
             permit,
             requires_leader: false,
         };

@@ -75,7 +75,7 @@ fn answer_lease(
         .into_iter()
         .flat_map(LeaseRenewals::into_waiters)
     {
-        let _ = waiter.answers.try_send((Ok(answer), waiter.permit));
+        waiter.answer(Ok(answer));
     }
 }
 
@@ -87,14 +87,15 @@ fn fail_lease(leases: &mut BTreeMap<i64, LeaseRenewals>, id: i64, status: &Statu
         .flat_map(LeaseRenewals::into_waiters)
     {
         let refusal = error::to_client(Status::new(status.code(), status.message()));
-        let _ = waiter.answers.try_send((Err(refusal), waiter.permit));
+        waiter.answer(Err(refusal));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::renewals::{Answer, Renew, Waiter, queue, send_queued};
+    use crate::lease::renewals::{Renew, Waiter, queue, send_queued};
+    use crate::lease::replies::{Answer, Replies};
     use crate::metrics::Metrics;
     use proto::etcdserverpb::LeaseKeepAliveRequest;
     use std::sync::Arc;
@@ -102,14 +103,17 @@ mod tests {
 
     /// A client stream: where its answers arrive.
     struct Client {
-        sender: mpsc::Sender<Answer>,
+        replies: Replies,
         answers: mpsc::Receiver<Answer>,
     }
 
     impl Client {
         fn new() -> Self {
             let (sender, answers) = mpsc::channel(8);
-            Self { sender, answers }
+            Self {
+                replies: Replies::new(sender),
+                answers,
+            }
         }
 
         fn renew(&self, lease_id: i64) -> Renew {
@@ -117,7 +121,7 @@ mod tests {
             Renew {
                 lease_id,
                 waiter: Waiter {
-                    answers: self.sender.clone(),
+                    reply: self.replies.ticket().unwrap(),
                     permit,
                     requires_leader: false,
                 },

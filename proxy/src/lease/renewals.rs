@@ -8,21 +8,31 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 use tonic::Status;
 
+use super::replies::Reply;
 use crate::error;
 use crate::metrics::Metrics;
 
 /// One client request waiting for its answer.
 pub struct Waiter {
-    /// Where the answer goes (the client stream's response queue).
-    pub answers: mpsc::Sender<Answer>,
+    /// Where the answer goes: the client stream, after the answers to its earlier requests.
+    pub reply: Reply,
     /// Counts against the client stream's limit of unanswered requests until the client reads the answer.
     pub permit: OwnedSemaphorePermit,
     /// The client stream requires a leader (`hasleader: true`).
     pub requires_leader: bool,
 }
 
-/// An answer on its way to a client stream, holding the permit of the request it answers.
-pub type Answer = (Result<LeaseKeepAliveResponse, Status>, OwnedSemaphorePermit);
+impl Waiter {
+    pub fn answer(self, answer: Result<LeaseKeepAliveResponse, Status>) {
+        self.reply.send((answer, self.permit));
+    }
+
+    /// Nobody will read the answer (see [`Reply::is_abandoned`]): renewing for it would keep its lease alive for
+    /// nobody.
+    pub fn is_abandoned(&self) -> bool {
+        self.reply.is_abandoned()
+    }
+}
 
 /// A keep-alive request from a client stream.
 pub struct Renew {
@@ -74,15 +84,16 @@ pub fn queue(leases: &mut BTreeMap<i64, LeaseRenewals>, renew: Renew) {
         .push(renew.waiter);
 }
 
-/// Drops the queued requests of client streams that have ended, and the leases left with nothing to do.
+/// Drops the queued requests of client streams that have ended (or end with an earlier request's error), and the
+/// leases left with nothing to do.
 ///
 /// Nobody waits for such a request's answer, and renewing for it would keep the lease alive after its client
 /// stopped, which a client talking to etcd directly would not see: its request was either renewed before it left
-/// or never arrived. Such requests are the ones re-queued after a broken upstream stream, or queued while their
-/// client left.
+/// or never arrived (etcd reads nothing of a stream after the error that ends it). Such requests are the ones
+/// re-queued after a broken upstream stream, or queued while their client left or was failed.
 pub fn forget_departed(leases: &mut BTreeMap<i64, LeaseRenewals>) {
     for renewals in leases.values_mut() {
-        renewals.queued.retain(|waiter| !waiter.answers.is_closed());
+        renewals.queued.retain(|waiter| !waiter.is_abandoned());
     }
     leases.retain(|_, renewals| !renewals.is_idle());
 }
@@ -116,8 +127,7 @@ pub fn deliver(leases: &mut BTreeMap<i64, LeaseRenewals>, answer: LeaseKeepAlive
         return;
     };
     for waiter in batch {
-        // A client that went away no longer needs its answer.
-        let _ = waiter.answers.try_send((Ok(answer), waiter.permit));
+        waiter.answer(Ok(answer));
     }
     if renewals.is_idle() {
         leases.remove(&answer.id);
@@ -127,9 +137,7 @@ pub fn deliver(leases: &mut BTreeMap<i64, LeaseRenewals>, answer: LeaseKeepAlive
 pub fn fail_all(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
     for (_, renewals) in std::mem::take(leases) {
         for waiter in renewals.into_waiters() {
-            let _ = waiter
-                .answers
-                .try_send((Err(error::to_client(clone_status(status))), waiter.permit));
+            waiter.answer(Err(error::to_client(clone_status(status))));
         }
     }
 }
@@ -145,16 +153,12 @@ pub fn fail_leader_requirers(leases: &mut BTreeMap<i64, LeaseRenewals>, status: 
                 .partition(|w| w.requires_leader);
             *batch = batch_kept;
             for waiter in batch_failed {
-                let _ = waiter
-                    .answers
-                    .try_send((Err(Status::unavailable(status.message())), waiter.permit));
+                waiter.answer(Err(Status::unavailable(status.message())));
             }
         }
         renewals.in_flight.retain(|(_, batch)| !batch.is_empty());
         for waiter in failed {
-            let _ = waiter
-                .answers
-                .try_send((Err(Status::unavailable(status.message())), waiter.permit));
+            waiter.answer(Err(Status::unavailable(status.message())));
         }
     }
     leases.retain(|_, renewals| !renewals.is_idle());
@@ -174,6 +178,7 @@ pub fn clone_status(status: &Status) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::replies::{Answer, Replies};
     use crate::upstream::NO_LEADER;
     use proto::etcdserverpb::ResponseHeader;
     use std::sync::Arc;
@@ -181,7 +186,7 @@ mod tests {
 
     struct Client {
         answers: mpsc::Receiver<Answer>,
-        sender: mpsc::Sender<Answer>,
+        replies: Replies,
         permits: Arc<Semaphore>,
         requires_leader: bool,
     }
@@ -191,7 +196,7 @@ mod tests {
             let (sender, answers) = mpsc::channel(16);
             Self {
                 answers,
-                sender,
+                replies: Replies::new(sender),
                 permits: Arc::new(Semaphore::new(16)),
                 requires_leader,
             }
@@ -202,7 +207,7 @@ mod tests {
             Renew {
                 lease_id,
                 waiter: Waiter {
-                    answers: self.sender.clone(),
+                    reply: self.replies.ticket().unwrap(),
                     permit,
                     requires_leader: self.requires_leader,
                 },
@@ -346,7 +351,8 @@ mod tests {
         fail_leader_requirers(&mut leases, &Status::unavailable(NO_LEADER));
         assert_eq!(
             strict.ttls(),
-            vec![Err(tonic::Code::Unavailable), Err(tonic::Code::Unavailable)]
+            vec![Err(tonic::Code::Unavailable)],
+            "one error, which ends the stream"
         );
         assert_eq!(relaxed.ttls(), vec![]);
         deliver(&mut leases, answer(1, 5));
@@ -371,10 +377,8 @@ mod tests {
         );
         assert_eq!(
             a.ttls(),
-            vec![
-                Err(tonic::Code::InvalidArgument),
-                Err(tonic::Code::InvalidArgument)
-            ]
+            vec![Err(tonic::Code::InvalidArgument)],
+            "one error, which ends the stream"
         );
         assert!(leases.is_empty());
     }
