@@ -48,15 +48,130 @@ struct ClientStream {
     watchers: BTreeMap<i64, CWatcher>,
     next_auto_id: i64,
     /// Answers to creates, in the order the creates arrived: an answer known early waits for earlier ones.
-    slots: VecDeque<Slot>,
+    slots: Slots,
 }
 
-/// The answer to one create, and what its watcher received before that answer could go out.
-struct Slot {
-    watch_id: Option<i64>,
-    waiting: bool,
-    responses: Vec<WatchResponse>,
+/// The answers to a stream's creates waiting for their turn, with a running count of the responses they hold.
+mod slots {
+    use std::collections::VecDeque;
+    use std::ops::{Deref, DerefMut};
+
+    use proto::etcdserverpb::WatchResponse;
+
+    /// The answer to one create, and what its watcher received before that answer could go out.
+    pub(super) struct Slot {
+        pub(super) watch_id: Option<i64>,
+        pub(super) waiting: bool,
+        /// Only [`Slots`] changes it, so that its count stays true.
+        responses: Vec<WatchResponse>,
+    }
+
+    impl Slot {
+        /// The slot of a create whose answer is not known yet.
+        pub(super) fn waiting(watch_id: Option<i64>) -> Self {
+            Self {
+                watch_id,
+                waiting: true,
+                responses: Vec::new(),
+            }
+        }
+
+        /// The slot of a create answered at once with `answer`.
+        pub(super) fn answered(answer: WatchResponse) -> Self {
+            Self {
+                watch_id: None,
+                waiting: false,
+                responses: vec![answer],
+            }
+        }
+
+        /// What the slot held, to go out now.
+        pub(super) fn into_responses(self) -> Vec<WatchResponse> {
+            self.responses
+        }
+    }
+
+    /// A stream's slots in create order. The stream's bound on held responses is checked on every response held
+    /// behind an unanswered create: summing over the slots there would cost O(slots) per response (quadratic in
+    /// the watchers of a stream), so the sum is kept as the slots change.
+    #[derive(Default)]
+    pub(super) struct Slots {
+        queue: VecDeque<Slot>,
+        /// Responses held in `queue`, all slots together.
+        held: usize,
+    }
+
+    /// One slot, open for change through [`Slots`].
+    pub(super) struct SlotMut<'a> {
+        slot: &'a mut Slot,
+        held: &'a mut usize,
+    }
+
+    impl Slots {
+        pub(super) fn push_back(&mut self, slot: Slot) {
+            self.held += slot.responses.len();
+            self.queue.push_back(slot);
+        }
+
+        /// The first slot that `pick` accepts.
+        pub(super) fn find(&mut self, pick: impl Fn(&Slot) -> bool) -> Option<SlotMut<'_>> {
+            let slot = self.queue.iter_mut().find(|slot| pick(slot))?;
+            Some(SlotMut {
+                slot,
+                held: &mut self.held,
+            })
+        }
+
+        /// The first slot, if its answer is known: its turn has come.
+        pub(super) fn pop_answered(&mut self) -> Option<Slot> {
+            if self.queue.front().is_none_or(|slot| slot.waiting) {
+                return None;
+            }
+            let slot = self.queue.pop_front()?;
+            self.held -= slot.responses.len();
+            Some(slot)
+        }
+
+        /// Responses held in every slot.
+        pub(super) fn held(&self) -> usize {
+            self.held
+        }
+
+        /// `held`, counted anew (for tests of the running count).
+        #[cfg(test)]
+        pub(super) fn counted(&self) -> usize {
+            self.queue.iter().map(|slot| slot.responses.len()).sum()
+        }
+    }
+
+    impl SlotMut<'_> {
+        /// Holds `response` after what the slot holds.
+        pub(super) fn push(&mut self, response: WatchResponse) {
+            self.slot.responses.push(response);
+            *self.held += 1;
+        }
+
+        /// Holds `response` before what the slot holds (a create's answer precedes its watcher's events).
+        pub(super) fn push_first(&mut self, response: WatchResponse) {
+            self.slot.responses.insert(0, response);
+            *self.held += 1;
+        }
+    }
+
+    impl Deref for SlotMut<'_> {
+        type Target = Slot;
+        fn deref(&self) -> &Slot {
+            self.slot
+        }
+    }
+
+    impl DerefMut for SlotMut<'_> {
+        fn deref_mut(&mut self) -> &mut Slot {
+            self.slot
+        }
+    }
 }
+use slots::{Slot, Slots};
 
 struct CWatcher {
     sw: i64,
@@ -215,12 +330,23 @@ impl Hub {
         self.streams.is_empty()
     }
 
+    /// Each stream whose running count of held responses is not what its slots hold: (stream, count, held).
+    /// Never any: the tests check it after every step.
+    #[cfg(test)]
+    pub fn miscounted_holds(&self) -> Vec<(StreamId, usize, usize)> {
+        self.streams
+            .iter()
+            .map(|(&id, stream)| (id, stream.slots.held(), stream.slots.counted()))
+            .filter(|(_, count, held)| count != held)
+            .collect()
+    }
+
     pub fn open_stream(&mut self, id: StreamId, sink: StreamSink) {
         let stream = ClientStream {
             sink,
             watchers: BTreeMap::new(),
             next_auto_id: 0,
-            slots: VecDeque::new(),
+            slots: Slots::default(),
         };
         self.streams.insert(id, stream);
     }
@@ -246,11 +372,7 @@ impl Hub {
             && request.range_end <= request.key;
         if invalid_range {
             // etcd answers with watch ID -1 and its own reason: let it answer, in order.
-            stream.slots.push_back(Slot {
-                watch_id: None,
-                waiting: true,
-                responses: Vec::new(),
-            });
+            stream.slots.push_back(Slot::waiting(None));
             self.invalid_creates.push_back(stream_id);
             self.creates_in_flight.push_back(None);
             self.outbox.push(create_request(WatchCreateRequest {
@@ -325,11 +447,7 @@ impl Hub {
         };
         stream.watchers.insert(watch_id, watcher);
         self.client_watchers += 1;
-        stream.slots.push_back(Slot {
-            watch_id: Some(watch_id),
-            waiting: true,
-            responses: Vec::new(),
-        });
+        stream.slots.push_back(Slot::waiting(Some(watch_id)));
         if created {
             // Joined a running s-watcher: answer at once, as etcd would. A watcher without start revision starts
             // where the s-watcher stands, and its header says so.
@@ -363,11 +481,7 @@ impl Hub {
         let Some(stream) = self.streams.get_mut(&stream_id) else {
             return;
         };
-        stream.slots.push_back(Slot {
-            watch_id: None,
-            waiting: false,
-            responses: vec![refusal],
-        });
+        stream.slots.push_back(Slot::answered(refusal));
         self.flush_slots(stream_id);
     }
 
@@ -1058,15 +1172,14 @@ impl Hub {
         let Some(stream) = self.streams.get_mut(&stream_id) else {
             return;
         };
-        let Some(slot) = stream
+        let Some(mut slot) = stream
             .slots
-            .iter_mut()
             .find(|slot| slot.waiting && slot.watch_id == watch_id)
         else {
             return;
         };
         slot.waiting = false;
-        slot.responses.insert(0, answer);
+        slot.push_first(answer);
         self.flush_slots(stream_id);
     }
 
@@ -1077,15 +1190,11 @@ impl Hub {
         };
         if stream.watchers.get(&watch_id).is_some_and(|w| w.announced) {
             self.send(stream_id, response);
-        } else if let Some(slot) = stream
-            .slots
-            .iter_mut()
-            .find(|slot| slot.watch_id == Some(watch_id))
-        {
-            slot.responses.push(response);
+        } else if let Some(mut slot) = stream.slots.find(|slot| slot.watch_id == Some(watch_id)) {
+            slot.push(response);
             // Responses held behind a create etcd has not answered count against the stream's buffer too, so that
             // a create etcd is slow to answer cannot make the proxy hold an unbounded backlog for later watchers.
-            let held: usize = stream.slots.iter().map(|slot| slot.responses.len()).sum();
+            let held = stream.slots.held();
             let capacity = stream.sink.responses.max_capacity();
             if held > capacity {
                 self.end_stream(
@@ -1121,20 +1230,16 @@ impl Hub {
         let Some(stream) = self.streams.get_mut(&stream_id) else {
             return;
         };
-        let Some(slot) = stream
-            .slots
-            .iter_mut()
-            .find(|slot| slot.watch_id == Some(watch_id))
-        else {
+        let Some(mut slot) = stream.slots.find(|slot| slot.watch_id == Some(watch_id)) else {
             return;
         };
         if slot.waiting {
             slot.waiting = false;
             if !last.created {
-                slot.responses.insert(0, created);
+                slot.push_first(created);
             }
         }
-        slot.responses.push(last);
+        slot.push(last);
         self.flush_slots(stream_id);
     }
 
@@ -1144,15 +1249,14 @@ impl Hub {
             let Some(stream) = self.streams.get_mut(&stream_id) else {
                 return;
             };
-            if stream.slots.front().is_none_or(|slot| slot.waiting) {
+            let Some(slot) = stream.slots.pop_answered() else {
                 return;
-            }
-            let slot = stream.slots.pop_front().expect("checked");
+            };
             if let Some(watcher) = slot.watch_id.and_then(|id| stream.watchers.get_mut(&id)) {
                 watcher.announced = true;
             }
             let latest = self.latest_header;
-            for mut response in slot.responses {
+            for mut response in slot.into_responses() {
                 // Held events leave with the newest header, as etcd's catch-up responses carry its current revision:
                 // the stream's other watchers may have received newer events meanwhile, and headers never go back.
                 if let Some(header) = response

@@ -991,6 +991,14 @@ impl World {
             }
         }
         self.flush();
+        // The bound on responses held behind unanswered creates is checked against a running count: it must be
+        // the true one after every step.
+        let miscounted = self.hub.miscounted_holds();
+        prop_assert!(
+            miscounted.is_empty(),
+            "held responses miscounted (stream, count, held): {:?}",
+            miscounted
+        );
         self.read_fast()
     }
 

@@ -889,3 +889,93 @@ fn responses_held_behind_an_unanswered_create_are_bounded_by_the_stream_buffer()
     assert_eq!(why.code(), tonic::Code::ResourceExhausted);
     assert!(why.message().contains("--watch-buffer-size"), "{why:?}");
 }
+
+#[test]
+fn the_running_count_of_held_responses_is_the_true_count_after_every_step() {
+    let mut hub = hub();
+    let mut a = Client::open(&mut hub, 1, 4096);
+    let mut b = Client::open(&mut hub, 2, 4096);
+    let check = |hub: &Hub, step: &str| {
+        assert_eq!(hub.miscounted_holds(), vec![], "after {step}");
+    };
+    // A running upstream watcher on "k".
+    hub.create(a.id, watch("k", 0));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 10));
+    a.received();
+    check(&hub, "the first watcher");
+    // On each stream a create etcd has not answered, then many slots behind it: watchers joining "k" at once (their
+    // answers and events wait), duplicate IDs refused at once, invalid ranges left for etcd to refuse.
+    for client in [&a, &b] {
+        hub.create(client.id, watch("j", 0));
+        for i in 0..60 {
+            hub.create(client.id, watch("k", 11));
+            check(&hub, &format!("join {i}"));
+            if i % 10 == 0 {
+                let duplicate = WatchCreateRequest {
+                    watch_id: 2,
+                    ..watch("k", 11)
+                };
+                hub.create(client.id, duplicate);
+                check(&hub, &format!("duplicate {i}"));
+            }
+            if i % 25 == 0 {
+                hub.create(client.id, watch_range("z", "a"));
+                check(&hub, &format!("invalid range {i}"));
+            }
+        }
+    }
+    let creates = sent(&mut hub);
+    assert_eq!(
+        creates.len(),
+        1 + 2 * 3,
+        "\"j\" (shared: not sent before both asked) and 3 invalid ranges per stream"
+    );
+    check(&hub, "the creates sent");
+    for revision in 11..16 {
+        hub.upstream_response(put(1, "k", revision));
+        check(&hub, &format!("event {revision}"));
+    }
+    assert_eq!(
+        a.received().len(),
+        5,
+        "only the announced watcher's events went out"
+    );
+    assert!(b.received().is_empty(), "all of b's wait");
+    // Watchers cancelled before their Created went out: their last answer is held too.
+    for watch_id in (5..60).step_by(7) {
+        hub.cancel(a.id, watch_id);
+        check(&hub, &format!("cancel {watch_id}"));
+    }
+    // etcd answers the creates in the order they were sent: everything held goes out.
+    for (sw, create) in (2..).zip(&creates) {
+        // The hub sends an invalid range with watch ID 0, for etcd to refuse.
+        let answer = if !create.starts_with("create 0 ") {
+            created(sw, 15)
+        } else {
+            WatchResponse {
+                header: header(15),
+                watch_id: -1,
+                created: true,
+                canceled: true,
+                cancel_reason: "mvcc: watcher range is empty".into(),
+                ..Default::default()
+            }
+        };
+        hub.upstream_response(answer);
+        check(&hub, &format!("the answer to {create}"));
+    }
+    assert!(a.abort.try_recv().is_err() && b.abort.try_recv().is_err());
+    assert!(a.received().len() > 60 * 5 && b.received().len() > 60 * 5);
+    hub.upstream_response(put(1, "k", 16));
+    check(&hub, "an event after the answers");
+    hub.close_stream(a.id);
+    check(&hub, "a stream closed");
+}
+
+fn watch_range(key: &str, range_end: &str) -> WatchCreateRequest {
+    WatchCreateRequest {
+        range_end: range_end.into(),
+        ..watch(key, 0)
+    }
+}
