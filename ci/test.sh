@@ -15,6 +15,7 @@ trap 'ci/docker-image.sh stop' EXIT
 eval "$(ci/docker-image.sh start)"
 export TESTCONTAINERS_RYUK_DISABLED=true
 cargo test --workspace --locked
+ci/fuzz.sh libfuzzer 15 # every coverage-guided fuzz target of fuzz/ for 15 s, on a copy of its seed corpus
 # The proxy's own integration tests run on etcd 3.4.23 (Debian's, the default of TESTKIT_ETCD_VERSION); the watch-auth ones
 # depend on how each etcd version words its refusals, TLS on how each checks certificates, and the hung-member ones on
 # how each elects and answers while a member is stopped, and the range cache's on whether progress answers can move

@@ -17,6 +17,7 @@
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
+//! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
 //! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
 //!   parses, logs, looks up SRV records and calls [`run`].
 //!
@@ -28,6 +29,8 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod health;
 pub mod lease;
 pub mod metrics;

@@ -1,0 +1,285 @@
+//! Entry points for coverage-guided fuzzing (`fuzz/`, `cargo fuzz`), compiled only with the `fuzzing` feature:
+//! thin wrappers over the functions that read bytes the proxy does not control (clients' requests, etcd's answers,
+//! HTTP/2 frames, DNS answers, the command line), so that the fuzz targets call the real code, not a copy.
+//!
+//! Functions that are public already are re-exported here under one roof. The HTTP/2 frame follower and the ping
+//! guard are private to `server`, whose module file others are editing: their source files are compiled here a
+//! second time (`#[path]`), the same code under this module. Nothing here changes how the proxy behaves.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+
+pub use crate::cli::srv::wire::{Answer as DnsAnswer, Srv, WireError as DnsError, parse_answer};
+pub use crate::namespace::Namespace;
+pub use crate::namespace::messages::{Method as KeyedMethod, of as keyed_method};
+pub use crate::namespace::rewrite::{Direction, Empty, Field, Foreign, Schema};
+pub use crate::rpc::methods::{Repeat, Route, route, unknown};
+pub use crate::rpc::range_stream::{check as range_stream_check, next_chunk_limit};
+pub use crate::upstream::Retry;
+pub use crate::wire::{Fields, Malformed, Value, fields, fields_with_bytes, put_bytes};
+pub use frames::{
+    ACK, CLIENT_PREFACE, DATA, END_STREAM, ENHANCE_YOUR_CALM, FrameCursor, FrameHeader, GOAWAY,
+    HEADERS, PING, RST_STREAM, goaway,
+};
+
+// `ping_guard.rs` names its neighbours as `super::frames` and `super::ping_policy`: here, these.
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "server/frames.rs"]
+mod frames;
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "server/ping_guard.rs"]
+mod ping_guard_source;
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "server/ping_policy.rs"]
+mod ping_policy;
+
+/// Whether a call of `repeat`'s kind with these request bytes may be repeated on another endpoint (it only reads).
+pub fn repeat_is_read(repeat: Repeat, request: &[u8]) -> bool {
+    repeat.retry(request).reads()
+}
+
+/// Whether the proxy may repeat a Txn with these request bytes on another endpoint (it only reads).
+pub fn txn_is_read_only(request: &[u8]) -> bool {
+    repeat_is_read(Repeat::Txn, request)
+}
+
+/// Whether an Alarm call with these request bytes only lists alarms (a read).
+pub fn alarm_is_get(request: &[u8]) -> bool {
+    repeat_is_read(Repeat::Alarm, request)
+}
+
+/// A retry decision, bare or with a refusal (a request the proxy refuses is not a read).
+trait Decision {
+    fn reads(self) -> bool;
+}
+
+impl Decision for Retry {
+    fn reads(self) -> bool {
+        self == Retry::ReadOnly
+    }
+}
+
+impl<E> Decision for Result<Retry, E> {
+    fn reads(self) -> bool {
+        matches!(self, Ok(Retry::ReadOnly))
+    }
+}
+
+/// The path a call is routed by, taken from a request target's bytes as `Rpc::serve` takes it from the URI
+/// (`None`: not a valid request target, which hyper refuses before the proxy sees it).
+pub fn request_path(target: &[u8]) -> Option<String> {
+    let path = http::uri::PathAndQuery::try_from(target).ok()?;
+    Some(path.path().to_owned())
+}
+
+/// Parses a command line as the binary does (the seed, when `--seed` is absent, is 0).
+pub fn parse_cli(args: Vec<OsString>) -> Result<crate::cli::Cli, clap::Error> {
+    crate::cli::parse(args, || 0)
+}
+
+/// A single-threaded runtime with a paused clock: timers fire as soon as nothing else can run, so a fuzz input
+/// never waits for real time.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime")
+}
+
+/// One step of a connection followed by [`ping_guard`].
+#[derive(Clone, Debug)]
+pub enum GuardStep {
+    /// The client sends these bytes; the server above reads them through the guard, `read_size` at most per read.
+    Client { bytes: Vec<u8>, read_size: usize },
+    /// The server above writes these bytes to the client through the guard.
+    Server(Vec<u8>),
+    /// Time passes.
+    Wait(Duration),
+}
+
+/// What a connection followed by [`ping_guard`] did.
+#[derive(Clone, Debug, Default)]
+pub struct GuardRun {
+    /// Everything the server above read through the guard, in order.
+    pub read_by_server: Vec<u8>,
+    /// Everything that reached the client's side of the connection, in order.
+    pub sent_to_client: Vec<u8>,
+    /// What the server above wrote, of which the guard reported every byte as written.
+    pub written_by_server: Vec<u8>,
+    /// Whether the guard ended the connection (a read returned end of stream with client bytes still unread).
+    pub ended: bool,
+    /// How many bytes of `written_by_server` had been written when the guard ended the connection.
+    pub written_before_end: usize,
+}
+
+/// Runs the steps through the connection wrapper that enforces `--grpc-keepalive-min-time`
+/// (`server::ping_guard::PingGuard`, which follows the frames with [`FrameCursor`]) over an in-memory connection.
+pub fn ping_guard(min_time: Option<Duration>, steps: &[GuardStep]) -> GuardRun {
+    runtime().block_on(async {
+        let wire = Rc::new(RefCell::new(MemoryConn::default()));
+        let mut guard = ping_guard_source::PingGuard::new(Shared(wire.clone()), min_time);
+        let mut run = GuardRun::default();
+        for step in steps {
+            match step {
+                GuardStep::Client { bytes, read_size } => {
+                    wire.borrow_mut().incoming.extend(bytes.iter().copied());
+                    let mut buf = vec![0; (*read_size).max(1)];
+                    while !run.ended && !wire.borrow().incoming.is_empty() {
+                        let n = guard
+                            .read(&mut buf)
+                            .await
+                            .expect("memory reads do not fail");
+                        if n == 0 {
+                            run.ended = true;
+                            run.written_before_end = run.written_by_server.len();
+                        }
+                        run.read_by_server.extend_from_slice(&buf[..n]);
+                    }
+                }
+                GuardStep::Server(bytes) => {
+                    let n = guard.write(bytes).await.expect("memory writes do not fail");
+                    run.written_by_server.extend_from_slice(&bytes[..n]);
+                }
+                GuardStep::Wait(duration) => tokio::time::advance(*duration).await,
+            }
+        }
+        run.sent_to_client = std::mem::take(&mut wire.borrow_mut().outgoing);
+        run
+    })
+}
+
+/// Both ends of an in-memory connection: what the client sent and the server has not read yet, and what reached
+/// the client. A read with nothing left to read is the end of the stream.
+#[derive(Default)]
+struct MemoryConn {
+    incoming: VecDeque<u8>,
+    outgoing: Vec<u8>,
+}
+
+struct Shared(Rc<RefCell<MemoryConn>>);
+
+impl AsyncRead for Shared {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut conn = self.0.borrow_mut();
+        let n = buf.remaining().min(conn.incoming.len());
+        let bytes: Vec<u8> = conn.incoming.drain(..n).collect();
+        buf.put_slice(&bytes);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Shared {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.0.borrow_mut().outgoing.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// What the fake DNS servers of [`discover_srv`] send back.
+#[derive(Clone, Debug, Default)]
+pub struct DnsScript {
+    /// UDP datagrams: each try gets (and takes) the first one left that the lookup accepts as an answer to its
+    /// query, the others being strays to it; none: the try times out.
+    pub datagrams: Vec<Vec<u8>>,
+    /// What a TCP connection (after a truncated answer) reads, each connection the next one; none left: the
+    /// connection is refused.
+    pub tcp_streams: Vec<Vec<u8>>,
+}
+
+/// Looks up the endpoints of `--discovery-srv=<domain>` (`cli::srv::discover`: both SRV lookups, the TCP retry
+/// of a truncated answer, the choice of endpoints) against fake DNS servers answering with `script`, query IDs
+/// from `id` (the https lookup) and `id + 1` (the http one).
+pub fn discover_srv(
+    domain: &str,
+    insecure: bool,
+    script: DnsScript,
+    id: u16,
+) -> Result<Vec<crate::config::Endpoint>, String> {
+    let request = crate::cli::srv::Request {
+        domain: domain.to_owned(),
+        service_name: String::new(),
+        insecure,
+        dns: None,
+    };
+    let conf = crate::cli::srv::resolv_conf::ResolvConf::parse("nameserver 192.0.2.53\n");
+    let fake = FakeDns {
+        datagrams: Mutex::new(script.datagrams.into()),
+        tcp_streams: Mutex::new(script.tcp_streams.into()),
+        open: Arc::default(),
+    };
+    runtime().block_on(crate::cli::srv::discover(&request, &conf, &fake, id))
+}
+
+/// Parses resolv.conf text (the file the `--discovery-srv` lookup reads).
+pub fn parse_resolv_conf(text: &str) -> crate::cli::srv::resolv_conf::ResolvConf {
+    crate::cli::srv::resolv_conf::ResolvConf::parse(text)
+}
+
+struct FakeDns {
+    datagrams: Mutex<VecDeque<Vec<u8>>>,
+    tcp_streams: Mutex<VecDeque<Vec<u8>>>,
+    /// The server ends of open TCP connections, kept so that the client's writes do not fail.
+    open: Arc<Mutex<Vec<DuplexStream>>>,
+}
+
+impl crate::cli::srv::lookup::Transport for FakeDns {
+    fn udp<'a>(
+        &'a self,
+        _: SocketAddr,
+        _: &'a [u8],
+        accept: &'a (dyn Fn(&[u8]) -> bool + Send + Sync),
+    ) -> crate::net::BoxFuture<'a, io::Result<Vec<u8>>> {
+        let mut datagrams = self.datagrams.lock().expect("not poisoned");
+        if let Some(at) = datagrams.iter().position(|datagram| accept(datagram)) {
+            let datagram = datagrams.remove(at).expect("found");
+            return Box::pin(std::future::ready(Ok(datagram)));
+        }
+        Box::pin(std::future::pending())
+    }
+
+    fn tcp(&self, _: SocketAddr) -> crate::net::BoxFuture<'static, io::Result<crate::net::Conn>> {
+        let Some(stream) = self.tcp_streams.lock().expect("not poisoned").pop_front() else {
+            return Box::pin(std::future::ready(Err(
+                io::ErrorKind::ConnectionRefused.into()
+            )));
+        };
+        let (client, mut server) = tokio::io::duplex(stream.len() + 64 * 1024);
+        let open = self.open.clone();
+        Box::pin(async move {
+            // The buffer holds the whole stream; the client reads it and then its end. The server end is kept
+            // (unread) so that the client's query can be written.
+            server.write_all(&stream).await?;
+            server.shutdown().await?;
+            open.lock().expect("not poisoned").push(server);
+            let conn: crate::net::Conn = Box::new(client);
+            Ok(conn)
+        })
+    }
+}
