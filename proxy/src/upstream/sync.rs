@@ -2,7 +2,8 @@
 //! does, so the proxy keeps serving while members are replaced one by one, the ones it started with included.
 //! Every interval the active member's MemberList is read; the client URLs of its members (learners excluded: they
 //! serve no client requests; members without a name excluded: they have not started) become the endpoints. New
-//! ones are added, ones no longer listed are retired, and an active endpoint that is retired is replaced. A
+//! ones are added, ones no longer listed are retired (their channels released: see [`super::pool`]), and an active
+//! endpoint that is retired is replaced (its channel goes at the next sync after that). A
 //! MemberList that fails, or that lists nothing usable, changes nothing (logged, as clientv3 logs it). With
 //! `--user`, the MemberList carries the proxy's token.
 
@@ -77,6 +78,8 @@ impl Upstream {
                 self.retire(index);
             }
         }
+        // The active endpoint keeps its channel while calls still go there (a retired one is being replaced).
+        self.members.release_retired(self.active.borrow().index);
     }
 
     /// The client URLs of `list`'s started voting members that this proxy can dial (the scheme its TLS settings
@@ -115,13 +118,10 @@ impl Upstream {
     fn add_endpoint(&self, endpoint: &Endpoint) {
         let index = match self.members.find(endpoint.authority()) {
             Some(index) => {
-                let member = self.members.get(index);
-                if !member.retired() {
+                let connect = || self.channel_settings.connect(endpoint, &self.connector);
+                if !self.members.get(index).restore(connect) {
                     return;
                 }
-                member
-                    .retired
-                    .store(false, std::sync::atomic::Ordering::Release);
                 index
             }
             None => {
@@ -147,9 +147,7 @@ impl Upstream {
             return;
         }
         let member = self.members.get(index);
-        member
-            .retired
-            .store(true, std::sync::atomic::Ordering::Release);
+        member.retire();
         let authority = member.endpoint.authority();
         let _ = self.metrics.upstream_up.remove_label_values(&[authority]);
         let _ = self
@@ -161,5 +159,113 @@ impl Upstream {
         if active.index == index {
             self.replace(&active, Replace::Failed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::metrics::Metrics;
+    use crate::net::{BoxFuture, Conn, Listener, Net};
+    use proto::etcdserverpb::Member as Listed;
+
+    /// A network where nothing answers: the endpoints' channels exist, and no call is needed.
+    struct Nowhere;
+
+    impl Net for Nowhere {
+        fn bind(
+            &self,
+            _addr: std::net::SocketAddr,
+        ) -> BoxFuture<'_, std::io::Result<Box<dyn Listener>>> {
+            Box::pin(async { Err(std::io::ErrorKind::Unsupported.into()) })
+        }
+
+        fn connect(&self, _authority: String) -> BoxFuture<'static, std::io::Result<Conn>> {
+            Box::pin(async { Err(std::io::ErrorKind::ConnectionRefused.into()) })
+        }
+    }
+
+    fn upstream(endpoints: &[&str]) -> Arc<Upstream> {
+        let endpoints = endpoints
+            .iter()
+            .map(|e| Endpoint::parse(e).unwrap())
+            .collect();
+        let config = Config::new(endpoints, "127.0.0.1:0".parse().unwrap(), 1);
+        let metrics = Metrics::new(prometheus::Registry::new()).unwrap();
+        let (_, shutdown) = tokio::sync::watch::channel(false);
+        let tls: Option<Arc<crate::tls::ClientTls>> = None;
+        Upstream::new(&config, Arc::new(Nowhere), tls, metrics, shutdown)
+    }
+
+    fn listing(endpoints: &[&str]) -> MemberListResponse {
+        let members = endpoints
+            .iter()
+            .map(|url| Listed {
+                name: format!("member {url}"),
+                client_ur_ls: vec![(*url).to_owned()],
+                ..Default::default()
+            })
+            .collect();
+        MemberListResponse {
+            members,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_no_longer_listed_keeps_no_channel_until_it_comes_back() {
+        let all = ["http://a:2379", "http://b:2379", "http://c:2379"];
+        let upstream = upstream(&all);
+        let active = upstream.active.borrow().index;
+        let dropped = (active + 1) % all.len();
+        let others: Vec<&str> = (0..all.len())
+            .filter(|&i| i != dropped)
+            .map(|i| all[i])
+            .collect();
+        upstream.follow(&listing(&others));
+        assert_eq!(upstream.len(), 2);
+        assert_eq!(
+            upstream.members.channels(),
+            2,
+            "the dropped endpoint's channel goes with it"
+        );
+        upstream.follow(&listing(&others));
+        assert_eq!(
+            upstream.members.channels(),
+            2,
+            "nor is it made again while the endpoint stays out"
+        );
+        upstream.follow(&listing(&all));
+        assert_eq!(upstream.len(), 3);
+        assert_eq!(
+            upstream.members.channels(),
+            3,
+            "an endpoint that comes back is connected again"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_active_endpoint_dropped_keeps_its_channel_until_another_serves() {
+        let all = ["http://a:2379", "http://b:2379", "http://c:2379"];
+        let upstream = upstream(&all);
+        let mut active = upstream.active.subscribe();
+        let chosen = active.wait_for(|s| !s.choosing).await.unwrap().index;
+        let others: Vec<&str> = (0..all.len())
+            .filter(|&i| i != chosen)
+            .map(|i| all[i])
+            .collect();
+        upstream.follow(&listing(&others));
+        assert_eq!(
+            upstream.members.channels(),
+            3,
+            "calls still go to it while its replacement is chosen"
+        );
+        active
+            .wait_for(|s| s.index != chosen && !s.choosing)
+            .await
+            .unwrap();
+        upstream.follow(&listing(&others));
+        assert_eq!(upstream.members.channels(), 2, "the next sync releases it");
     }
 }
