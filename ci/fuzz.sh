@@ -44,7 +44,7 @@ libfuzzer() {
     cp -R "fuzz/corpus/$target/." "$work/$target/" 2>/dev/null || true
     local log="$work/$target.log" rc=0
     "$bin_dir/$target" "$work/$target" -max_total_time="$budget" -max_len="${FUZZ_MAX_LEN:-4096}" -timeout=10 \
-      -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$target/" >"$log" 2>&1 || rc=$?
+      -print_final_stats=1 -artifact_prefix="$PWD/fuzz/artifacts/$target/" >"$log" 2>&1 || rc=$?
     local last execs
     last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 || true)
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -55,7 +55,7 @@ libfuzzer() {
       input=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
       echo "fuzz: $target FAILED (exit $rc); reproducing input: ${input:-none written}" >&2
       grep -E 'panicked at|ERROR: libFuzzer|SUMMARY' "$log" | head -n 5 >&2 || true
-      echo "fuzz: rerun with (cd fuzz && cargo +nightly fuzz run -s none $target ../${input:-<input>})" >&2
+      echo "fuzz: rerun with (cd fuzz && cargo +nightly fuzz run -s none $target ${input:-<input>})" >&2
     fi
   done
   return "$failed"

@@ -106,6 +106,11 @@ fn guard(mode: u8, script: &[u8]) {
             2 => {
                 let bytes = more[..len].to_vec();
                 rest = &more[len..];
+                // The server writes only once it has read the client's preface (hyper-util's auto builder reads it
+                // to choose HTTP/2): the guard follows the server's frames from there on.
+                if client.len() < CLIENT_PREFACE.len() {
+                    continue;
+                }
                 server.extend_from_slice(&bytes);
                 steps.push(GuardStep::Server(bytes));
             }
