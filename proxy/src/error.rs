@@ -16,6 +16,12 @@ pub const OUTCOME_UNKNOWN: &str = "etcdserver: request timed out, possibly due t
 
 const TONIC_DECODE_TOO_LARGE: &str = "Error, decoded message length too large: found ";
 
+/// etcd's answer to a Txn nested deeper than it takes (InvalidArgument, `ErrGRPCTooManyOps`): the proxy's answer
+/// to one nested deeper than [`crate::wire::MAX_DEPTH`].
+pub fn txn_too_deep() -> Status {
+    Status::invalid_argument("etcdserver: too many operations in txn request")
+}
+
 /// etcd's error for a message larger than the receiver accepts.
 pub fn received_too_large(found: usize, limit: usize) -> Status {
     Status::resource_exhausted(format!(

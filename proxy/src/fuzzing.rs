@@ -2,9 +2,8 @@
 //! thin wrappers over the functions that read bytes the proxy does not control (clients' requests, etcd's answers,
 //! HTTP/2 frames, DNS answers, the command line), so that the fuzz targets call the real code, not a copy.
 //!
-//! Functions that are public already are re-exported here under one roof. The HTTP/2 frame follower and the ping
-//! guard are private to `server`, whose module file others are editing: their source files are compiled here a
-//! second time (`#[path]`), the same code under this module. Nothing here changes how the proxy behaves.
+//! Functions that are public already are re-exported here under one roof; the HTTP/2 frame follower and the ping
+//! guard are the crate's own (`server::frames`, `server::ping_guard`). Nothing here changes how the proxy behaves.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -25,27 +24,17 @@ pub use crate::namespace::messages::{Method as KeyedMethod, of as keyed_method};
 pub use crate::namespace::rewrite::{Direction, Empty, Field, Foreign, Schema};
 pub use crate::rpc::methods::{Repeat, Route, route, unknown};
 pub use crate::rpc::range_stream::{check as range_stream_check, next_chunk_limit};
-pub use crate::upstream::Retry;
-pub use crate::wire::{Fields, Malformed, Value, fields, fields_with_bytes, put_bytes};
-pub use frames::{
+pub use crate::server::frames::{
     ACK, CLIENT_PREFACE, DATA, END_STREAM, ENHANCE_YOUR_CALM, FrameCursor, FrameHeader, GOAWAY,
     HEADERS, PING, RST_STREAM, goaway,
 };
+pub use crate::upstream::Retry;
+pub use crate::wire::{Fields, Malformed, Value, fields, fields_with_bytes, put_bytes};
 
-// `ping_guard.rs` names its neighbours as `super::frames` and `super::ping_policy`: here, these.
-#[allow(dead_code, clippy::duplicate_mod)]
-#[path = "server/frames.rs"]
-mod frames;
-#[allow(dead_code, clippy::duplicate_mod)]
-#[path = "server/ping_guard.rs"]
-mod ping_guard_source;
-#[allow(dead_code, clippy::duplicate_mod)]
-#[path = "server/ping_policy.rs"]
-mod ping_policy;
-
-/// Whether a call of `repeat`'s kind with these request bytes may be repeated on another endpoint (it only reads).
+/// Whether a call of `repeat`'s kind with these request bytes may be repeated on another endpoint (it only reads;
+/// a request the proxy refuses is not a read).
 pub fn repeat_is_read(repeat: Repeat, request: &[u8]) -> bool {
-    repeat.retry(request).reads()
+    matches!(repeat.retry(request), Ok(Retry::ReadOnly))
 }
 
 /// Whether the proxy may repeat a Txn with these request bytes on another endpoint (it only reads).
@@ -56,23 +45,6 @@ pub fn txn_is_read_only(request: &[u8]) -> bool {
 /// Whether an Alarm call with these request bytes only lists alarms (a read).
 pub fn alarm_is_get(request: &[u8]) -> bool {
     repeat_is_read(Repeat::Alarm, request)
-}
-
-/// A retry decision, bare or with a refusal (a request the proxy refuses is not a read).
-trait Decision {
-    fn reads(self) -> bool;
-}
-
-impl Decision for Retry {
-    fn reads(self) -> bool {
-        self == Retry::ReadOnly
-    }
-}
-
-impl<E> Decision for Result<Retry, E> {
-    fn reads(self) -> bool {
-        matches!(self, Ok(Retry::ReadOnly))
-    }
 }
 
 /// The path a call is routed by, taken from a request target's bytes as `Rpc::serve` takes it from the URI
@@ -128,7 +100,7 @@ pub struct GuardRun {
 pub fn ping_guard(min_time: Option<Duration>, steps: &[GuardStep]) -> GuardRun {
     runtime().block_on(async {
         let wire = Rc::new(RefCell::new(MemoryConn::default()));
-        let mut guard = ping_guard_source::PingGuard::new(Shared(wire.clone()), min_time);
+        let mut guard = crate::server::ping_guard::PingGuard::new(Shared(wire.clone()), min_time);
         let mut run = GuardRun::default();
         for step in steps {
             match step {

@@ -2,6 +2,18 @@
 //! (the keys `--namespace` rewrites), without decoding a message into a struct: a message is a sequence of
 //! (field number, value) pairs, and a field the proxy does not look at is skipped over, or copied as it came.
 
+/// How many messages deep any reader in the proxy follows messages inside messages. Every function that descends
+/// into nested messages counts its depth and stops here, so no bytes, from a client or from etcd, can make the proxy
+/// recurse without bound (a 100,000-deep Txn once overflowed its stack). Each level of a Txn is two messages (a
+/// TxnRequest and its RequestOp), so a Txn 255 levels deep fits, its innermost Range 510 messages deep: twice what
+/// etcd itself accepts at its default `--max-txn-ops` of 128, since etcd takes each level's operations from the
+/// count its outer Txn leaves.
+pub const MAX_DEPTH: usize = 512;
+
+/// A message nests deeper than [`MAX_DEPTH`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooDeep;
+
 /// One field's value, by wire type. Nested messages, strings and bytes are all `Bytes` (wire type 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Value<'a> {

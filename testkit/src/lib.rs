@@ -15,6 +15,7 @@
 //!   clear or over TLS with a client certificate.
 //! - [`dirs`], [`wait`]: temporary directories on tmpfs, log tails, and waiting on a condition with a deadline.
 //! - [`diff`]: the line diff every failure report shows.
+//! - [`hostile`]: requests a hostile client sends (a Txn nested 100,000 deep), made without recursion.
 //! - [`fuzz`]: the seeded property runner (`FUZZ_SEED`, `FUZZ_CASES`) of every arbitrary-input and model property.
 //!
 //! The workspace's clippy.toml bans std and tokio sockets so that the proxy reaches the network only through its
@@ -26,6 +27,7 @@ pub mod dirs;
 pub mod etcd;
 pub mod etcdctl;
 pub mod fuzz;
+pub mod hostile;
 pub mod http;
 pub mod normalize;
 pub mod pki;

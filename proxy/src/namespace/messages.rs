@@ -301,6 +301,72 @@ mod tests {
     }
 
     #[test]
+    fn a_txn_or_answer_nested_deeper_than_the_bound_is_refused_without_overflow() {
+        let range = RangeRequest {
+            key: b"k".to_vec(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let answer = RangeResponse {
+            kvs: vec![kv(b"/app/k")],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let txn = of("/etcdserverpb.KV/Txn").unwrap();
+        let (request_schema, answer_schema) = (txn.request.unwrap(), txn.answer.unwrap());
+        // A Txn 255 levels deep, the deepest read, on a stack smaller than a runtime thread's (2 MiB), in debug.
+        let (deepest_request, deepest_answer) = (
+            testkit::hostile::nested_txn(255, &range),
+            testkit::hostile::nested_txn_response(255, &answer),
+        );
+        let (sent, answered) = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(move || {
+                (
+                    ns().rewrite(request_schema, Request, &deepest_request),
+                    ns().rewrite(answer_schema, Answer, &deepest_answer),
+                )
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow at the bound");
+        let sent = sent.unwrap();
+        assert!(
+            sent.windows(6).any(|w| w == b"/app/k"),
+            "the innermost key got the prefix"
+        );
+        assert!(
+            !answered.unwrap().windows(5).any(|w| w == b"/app/"),
+            "and lost it"
+        );
+        for levels in [256, 100_000] {
+            let refused = ns()
+                .rewrite(
+                    request_schema,
+                    Request,
+                    &testkit::hostile::nested_txn(levels, &range),
+                )
+                .unwrap_err();
+            assert_eq!(
+                (refused.code(), refused.message()),
+                (
+                    tonic::Code::InvalidArgument,
+                    "etcdserver: too many operations in txn request"
+                ),
+                "{levels}"
+            );
+            let refused = ns()
+                .rewrite(
+                    answer_schema,
+                    Answer,
+                    &testkit::hostile::nested_txn_response(levels, &answer),
+                )
+                .unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::Internal, "{levels}");
+        }
+    }
+
+    #[test]
     fn every_key_of_a_txn_and_its_answer_is_rewritten_at_every_depth() {
         let op = |request| RequestOp {
             request: Some(request),

@@ -61,6 +61,8 @@ pub enum Unrewritable {
     EmptyKey(&'static str),
     /// A key outside the namespace in an answer.
     Foreign(Vec<u8>),
+    /// Messages nested deeper than [`wire::MAX_DEPTH`].
+    TooDeep,
 }
 
 impl Unrewritable {
@@ -73,6 +75,12 @@ impl Unrewritable {
                 Status::internal("etcd-grpc-proxy: etcd's answer is not a valid protobuf message")
             }
             (Unrewritable::EmptyKey(words), _) => Status::invalid_argument(words),
+            // Only a Txn nests without end: a client gets etcd's refusal of one nested too deep.
+            (Unrewritable::TooDeep, Direction::Request) => crate::error::txn_too_deep(),
+            (Unrewritable::TooDeep, Direction::Answer) => Status::internal(format!(
+                "etcd-grpc-proxy: etcd's answer nests messages deeper than {}",
+                wire::MAX_DEPTH
+            )),
             (Unrewritable::Foreign(key), _) => foreign_key(&key),
         }
     }
@@ -87,20 +95,25 @@ impl Namespace {
         message: &[u8],
     ) -> Result<Bytes, Status> {
         let mut out = Vec::with_capacity(message.len() + self.prefix.len() * 2);
-        match self.edit(schema, direction, message, &mut out) {
+        match self.edit(schema, direction, message, 0, &mut out) {
             Ok(_) => Ok(out.into()),
             Err(why) => Err(why.into_status(direction)),
         }
     }
 
-    /// Appends the rewritten `message` to `out`; `Ok(false)` when the message is to be left out (nothing appended).
+    /// Appends the rewritten `message`, `depth` messages deep in the one being rewritten, to `out`; `Ok(false)`
+    /// when the message is to be left out (nothing appended).
     fn edit(
         &self,
         schema: &Schema,
         direction: Direction,
         message: &[u8],
+        depth: usize,
         out: &mut Vec<u8>,
     ) -> Result<bool, Unrewritable> {
+        if depth >= wire::MAX_DEPTH {
+            return Err(Unrewritable::TooDeep);
+        }
         let start = out.len();
         let mut keys_seen = 0u32;
         for field in wire::fields_with_bytes(message) {
@@ -120,7 +133,7 @@ impl Namespace {
             if matches!(kind, Field::Key { .. }) {
                 keys_seen |= 1 << index;
             }
-            if !self.edit_field(kind, direction, number, bytes, out)? {
+            if !self.edit_field(kind, direction, number, bytes, depth, out)? {
                 out.truncate(start);
                 return Ok(false);
             }
@@ -137,7 +150,7 @@ impl Namespace {
             if matches!(kind, Field::Key { .. })
                 && !(kept_empty && direction == Direction::Request)
                 && keys_seen & (1 << index) == 0
-                && !self.edit_field(kind, direction, *number, b"", out)?
+                && !self.edit_field(kind, direction, *number, b"", depth, out)?
             {
                 out.truncate(start);
                 return Ok(false);
@@ -146,13 +159,14 @@ impl Namespace {
         Ok(true)
     }
 
-    /// Appends one rewritten field; `Ok(false)` when the message holding it is to be left out.
+    /// Appends one rewritten field of a message `depth` deep; `Ok(false)` when that message is to be left out.
     fn edit_field(
         &self,
         kind: &Field,
         direction: Direction,
         number: u32,
         bytes: &[u8],
+        depth: usize,
         out: &mut Vec<u8>,
     ) -> Result<bool, Unrewritable> {
         match (kind, direction) {
@@ -180,7 +194,7 @@ impl Namespace {
             (Field::RangeEnd { .. }, Direction::Answer) => wire::put_bytes(out, number, bytes),
             (Field::Message(nested), _) => {
                 let mut rewritten = Vec::with_capacity(bytes.len() + self.prefix.len());
-                if self.edit(nested, direction, bytes, &mut rewritten)? {
+                if self.edit(nested, direction, bytes, depth + 1, &mut rewritten)? {
                     wire::put_bytes(out, number, &rewritten);
                 }
             }

@@ -40,15 +40,17 @@ pub enum Repeat {
 
 impl Repeat {
     /// The retry policy of this call, given its request bytes. Bytes the proxy cannot read are treated as a
-    /// write (never repeated) and relayed for etcd to judge.
-    pub fn retry(self, request: &[u8]) -> Retry {
+    /// write (never repeated) and relayed for etcd to judge; a Txn nested deeper than [`wire::MAX_DEPTH`] gets
+    /// etcd's own refusal of a Txn nested too deep.
+    pub fn retry(self, request: &[u8]) -> Result<Retry, Status> {
         let read = match self {
             Repeat::Read => true,
             Repeat::Write => false,
-            Repeat::Txn => txn_is_read_only(request),
+            Repeat::Txn => txn_is_read_only(request, 0)
+                .map_err(|wire::TooDeep| crate::error::txn_too_deep())?,
             Repeat::Alarm => alarm_is_get(request),
         };
-        if read { Retry::ReadOnly } else { Retry::Write }
+        Ok(if read { Retry::ReadOnly } else { Retry::Write })
     }
 }
 
@@ -126,21 +128,39 @@ pub fn unknown(path: &str) -> Status {
 
 /// TxnRequest: `success` = 2 and `failure` = 3, each a RequestOp whose oneof is `request_range` = 1,
 /// `request_put` = 2, `request_delete_range` = 3 or `request_txn` = 4.
-fn txn_is_read_only(txn: &[u8]) -> bool {
-    wire::fields(txn).all(|field| match field {
-        Ok((2 | 3, Value::Bytes(op))) => op_is_read(op),
-        Ok((2 | 3, _)) | Err(_) => false,
-        Ok(_) => true,
-    })
+/// `depth` is how many messages deep `txn` lies in the request.
+fn txn_is_read_only(txn: &[u8], depth: usize) -> Result<bool, wire::TooDeep> {
+    if depth >= wire::MAX_DEPTH {
+        return Err(wire::TooDeep);
+    }
+    for field in wire::fields(txn) {
+        let read = match field {
+            Ok((2 | 3, Value::Bytes(op))) => op_is_read(op, depth + 1)?,
+            Ok((2 | 3, _)) | Err(_) => false,
+            Ok(_) => true,
+        };
+        if !read {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
-fn op_is_read(op: &[u8]) -> bool {
-    wire::fields(op).all(|field| match field {
-        Ok((1, _)) => true,
-        Ok((4, Value::Bytes(nested))) => txn_is_read_only(nested),
-        // A put, a delete, or an operation this proxy does not know: not repeated.
-        _ => false,
-    })
+fn op_is_read(op: &[u8], depth: usize) -> Result<bool, wire::TooDeep> {
+    for field in wire::fields(op) {
+        let read = match field {
+            // The operation's own message is one level deeper, and must be within the bound too.
+            Ok((1 | 4, _)) if depth + 1 >= wire::MAX_DEPTH => return Err(wire::TooDeep),
+            Ok((1, _)) => true,
+            Ok((4, Value::Bytes(nested))) => txn_is_read_only(nested, depth + 1)?,
+            // A put, a delete, or an operation this proxy does not know: not repeated.
+            _ => false,
+        };
+        if !read {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// AlarmRequest: `action` = 1, GET = 0.
@@ -167,7 +187,7 @@ mod tests {
     }
 
     fn retry_of(txn: &TxnRequest) -> Retry {
-        Repeat::Txn.retry(&txn.encode_to_vec())
+        Repeat::Txn.retry(&txn.encode_to_vec()).unwrap()
     }
 
     #[test]
@@ -200,21 +220,57 @@ mod tests {
     fn unreadable_or_unknown_operations_are_never_repeated() {
         // A RequestOp with field 5, which etcd 3.7 does not have.
         let unknown_op = [0x12, 0x02, 0x2a, 0x00];
-        assert_eq!(Repeat::Txn.retry(&unknown_op), Retry::Write);
-        assert_eq!(Repeat::Txn.retry(&[0x12, 0x09]), Retry::Write, "truncated");
-        assert_eq!(Repeat::Txn.retry(&[]), Retry::ReadOnly, "an empty Txn");
+        assert_eq!(Repeat::Txn.retry(&unknown_op).unwrap(), Retry::Write);
+        assert_eq!(
+            Repeat::Txn.retry(&[0x12, 0x09]).unwrap(),
+            Retry::Write,
+            "truncated"
+        );
+        assert_eq!(
+            Repeat::Txn.retry(&[]).unwrap(),
+            Retry::ReadOnly,
+            "an empty Txn"
+        );
+    }
+
+    #[test]
+    fn a_txn_nested_deeper_than_the_bound_gets_etcds_refusal_and_no_overflow() {
+        let range = RangeRequest::default().encode_to_vec();
+        // A Txn 255 levels deep (its innermost Range 510 messages deep) is read; one level more is refused.
+        let deepest_read = testkit::hostile::nested_txn(255, &range);
+        // On a small stack: the bound must hold well inside what a runtime thread has (2 MiB), in a debug build.
+        let decided = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(move || Repeat::Txn.retry(&deepest_read).unwrap())
+            .unwrap()
+            .join()
+            .expect("no stack overflow at the bound");
+        assert_eq!(decided, Retry::ReadOnly);
+        for levels in [256, 100_000] {
+            let refused = Repeat::Txn
+                .retry(&testkit::hostile::nested_txn(levels, &range))
+                .unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{levels}");
+            assert_eq!(
+                refused.message(),
+                "etcdserver: too many operations in txn request"
+            );
+        }
     }
 
     #[test]
     fn only_alarm_gets_are_reads() {
         let get = AlarmRequest::default().encode_to_vec();
-        assert_eq!(Repeat::Alarm.retry(&get), Retry::ReadOnly);
+        assert_eq!(Repeat::Alarm.retry(&get).unwrap(), Retry::ReadOnly);
         let activate = AlarmRequest {
             action: alarm_request::AlarmAction::Activate as i32,
             member_id: 1,
             alarm: 1,
         };
-        assert_eq!(Repeat::Alarm.retry(&activate.encode_to_vec()), Retry::Write);
+        assert_eq!(
+            Repeat::Alarm.retry(&activate.encode_to_vec()).unwrap(),
+            Retry::Write
+        );
     }
 
     #[test]

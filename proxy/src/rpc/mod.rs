@@ -127,7 +127,7 @@ impl Rpc {
                     let (upstream, path, keys) = (upstream.clone(), path.clone(), keys.clone());
                     async move {
                         let request = keys.request(request)?;
-                        let retry = repeat.retry(request.get_ref());
+                        let retry = repeat.retry(request.get_ref())?;
                         keys.answer(upstream.unary(retry, path, request).await?)
                     }
                 });
