@@ -192,6 +192,9 @@ pub struct Config {
     pub client_ping_min_time: Duration,
     /// Concurrent HTTP/2 streams per client connection.
     pub max_concurrent_streams: u32,
+    /// By when a new client connection must have finished its TLS handshake and sent its HTTP/2 preface (or an
+    /// HTTP/1.1 request head), else it is closed (`--client-setup-timeout`; grpc-go's 120 s by default).
+    pub client_setup_timeout: Duration,
     /// Client connections open at once (both listeners); more are closed as soon as accepted.
     pub max_client_connections: usize,
     /// gRPC calls in progress at once across every client connection; more are refused with `ResourceExhausted`.
@@ -248,6 +251,7 @@ impl Config {
                 while_idle: true,
             },
             client_ping_min_time: Duration::from_secs(5),
+            client_setup_timeout: Duration::from_secs(120),
             max_concurrent_streams: u32::MAX,
             max_client_connections: DEFAULT_MAX_CLIENT_CONNECTIONS,
             max_client_calls: DEFAULT_MAX_CLIENT_CALLS,

@@ -432,3 +432,55 @@ async fn an_open_ended_watch_is_checked_on_the_range_it_really_covers() {
         assert!(allowed.created && !allowed.canceled, "{allowed:?}");
     }
 }
+
+/// The proxy's own calls (here the check of a caller's permission to watch, made with `--user`) end at the
+/// proxy's deadline for its own calls when the member hangs, instead of holding the caller (and whatever waits
+/// behind the call) until the member answers: the caller gets `Unavailable` naming the deadline, which etcd's
+/// clients retry; once the member answers again, a watcher is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxys_own_calls_to_a_hung_member_end_at_their_deadline() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let ep = etcd.endpoint(0);
+    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
+        etcd.etcdctl(0).ok(args).await;
+    }
+    let proxy = support::proxy::start(&etcd.endpoints(), &["--user=root:rootpw"]).await;
+    let root = token(&ep, "root", "rootpw").await;
+    let addr = proxy.addr();
+    etcd.pause(0);
+    let (requests, rx) = mpsc::channel(1);
+    requests
+        .send(WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+    let asked = tokio::time::Instant::now();
+    let mut responses = WatchClient::new(channel(&addr).await)
+        .watch(with_meta(ReceiverStream::new(rx), "token", &root))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    let bound = proxy::upstream::OWN_CALL_DEADLINE + DEADLINE;
+    let first = tokio::time::timeout(bound, responses.next())
+        .await
+        .unwrap_or_else(|_| panic!("no answer within {bound:?} while the member hangs"))
+        .expect("an answer");
+    let status = first.expect_err("no watcher can be created while the member hangs");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("did not answer"), "{status:?}");
+    assert!(
+        asked.elapsed() >= proxy::upstream::OWN_CALL_DEADLINE,
+        "not before the deadline: {:?}",
+        asked.elapsed()
+    );
+    etcd.resume(0);
+    let (_keep, _stream, created) = watch_with(&addr, &root, "k").await;
+    assert!(created.created && !created.canceled, "{created:?}");
+}

@@ -70,6 +70,31 @@ pub const CONSISTENT_WAIT: Duration = Duration::from_secs(1);
 type InFlight =
     Mutex<HashMap<(Option<String>, Bytes), Shared<BoxFuture<'static, Result<Bytes, Status>>>>>;
 
+/// One read waiting for a shared answer from etcd. However the wait ends (the answer came, or the caller went:
+/// cancel, deadline, connection drop), the last reader to leave takes the entry out of the map, which drops the
+/// call to etcd if it is still on its way: nothing a cancelled read started outlives its readers.
+struct Waiting<'a> {
+    in_flight: &'a InFlight,
+    key: (Option<String>, Bytes),
+    answer: Shared<BoxFuture<'static, Result<Bytes, Status>>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        // `strong_count` counts the map's clone and this one; `None` once the answer is in, which a later read must
+        // not be given (it could be older than what the proxy has returned since).
+        let last_or_answered = self.answer.strong_count().is_none_or(|count| count <= 2);
+        if last_or_answered
+            && in_flight
+                .get(&self.key)
+                .is_some_and(|f| f.ptr_eq(&self.answer))
+        {
+            in_flight.remove(&self.key);
+        }
+    }
+}
+
 /// The range cache of one running proxy.
 pub struct Cache {
     feed: Arc<Feed>,
@@ -284,13 +309,13 @@ impl Cache {
                 })
                 .clone()
         };
-        let result = answer.clone().await;
-        {
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            if in_flight.get(&key).is_some_and(|f| f.ptr_eq(&answer)) {
-                in_flight.remove(&key);
-            }
-        }
+        let waiting = Waiting {
+            in_flight: &self.in_flight,
+            key,
+            answer,
+        };
+        let result = waiting.answer.clone().await;
+        drop(waiting);
         match result {
             Ok(bytes) if header_revision(&bytes) < floor => Ok(self
                 .upstream

@@ -66,6 +66,10 @@ struct StartArgs {
     /// (0: grpc-go's default, 5m)
     #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
     grpc_keepalive_min_time: Duration,
+    /// A client connection that has not finished its TLS handshake and sent its HTTP/2 preface (or an HTTP/1.1
+    /// request head) within this time is closed, freeing its place (grpc-go's connection timeout)
+    #[arg(long, default_value = "120s", value_parser = parse_go_duration)]
+    client_setup_timeout: Duration,
     /// Concurrent HTTP/2 streams per client connection
     #[arg(long, default_value_t = u32::MAX)]
     max_concurrent_streams: u32,
@@ -243,6 +247,10 @@ fn into_config(
     };
     config.client_ping_min_time = args.grpc_keepalive_min_time;
     config.max_concurrent_streams = args.max_concurrent_streams;
+    if args.client_setup_timeout.is_zero() {
+        return Err("--client-setup-timeout must be greater than 0".into());
+    }
+    config.client_setup_timeout = args.client_setup_timeout;
     if args.max_client_connections == Some(0) || args.max_client_calls == 0 {
         return Err(
             "--max-client-connections and --max-client-calls must be greater than 0".into(),
@@ -466,6 +474,7 @@ mod tests {
             "--dial-keepalive-time=10s",
             "--permit-without-stream=true",
             "--grpc-keepalive-min-time=1500ms",
+            "--client-setup-timeout=3s",
             "--max-client-connections=7",
             "--max-client-calls=8",
             "--seed=42",
@@ -487,6 +496,7 @@ mod tests {
         );
         assert!(cli.config.upstream_keepalive.while_idle);
         assert_eq!(cli.config.client_ping_min_time, Duration::from_millis(1500));
+        assert_eq!(cli.config.client_setup_timeout, Duration::from_secs(3));
         assert_eq!(cli.max_client_connections, Some(7));
         assert_eq!(
             (
@@ -550,6 +560,10 @@ mod tests {
             ),
             (&["start", "--dial-timeout=5 seconds"], "invalid duration"),
             (&["start", "--max-recv-bytes=-1"], "-1"),
+            (
+                &["start", "--client-setup-timeout=0s"],
+                "--client-setup-timeout must be greater than 0",
+            ),
         ] {
             let err = parse_err(args);
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -2,13 +2,16 @@
 //! `/proxy/metrics` (HTTP/1.1 and HTTP/2), told apart per request. Also the per-RPC metrics and graceful shutdown.
 //!
 //! - [`limits`]: how many client connections and calls are taken at once.
+//! - [`setup`]: the deadline by which a new connection must have sent its HTTP/2 preface or HTTP/1.1 request head.
 //! - [`ping_guard`]: each client connection's HTTP/2 frames watched for pings that come too often
 //!   ([`ping_policy`], grpc-go's rules), [`frames`] finding their headers.
 
-mod frames;
+// The frame follower and the ping guard read bytes from clients: the fuzz targets (`fuzzing`) reach them too.
+pub(crate) mod frames;
 mod limits;
-mod ping_guard;
+pub(crate) mod ping_guard;
 mod ping_policy;
+mod setup;
 
 pub use limits::Limits;
 
@@ -81,6 +84,7 @@ pub async fn serve(
         .keep_alive_interval(config.client_keepalive.interval)
         .keep_alive_timeout(config.client_keepalive.timeout);
     let grace = config.shutdown_grace;
+    let setup_timeout = config.client_setup_timeout;
     // etcd's metrics listener is Go's plain HTTP server, which does not police pings.
     let ping_min_time = (routes == Routes::All).then_some(config.client_ping_min_time);
     let mut connections = JoinSet::new();
@@ -107,6 +111,7 @@ pub async fn serve(
                     refusing = false;
                     tracing::debug!(%peer, "client connected");
                     let serving = Serving {
+                        setup_deadline: Instant::now() + setup_timeout,
                         slot,
                         builder: builder.clone(),
                         app: app.clone(),
@@ -132,6 +137,8 @@ pub async fn serve(
 
 /// What one connection is served with.
 struct Serving {
+    /// By when the TLS handshake and the HTTP/2 preface or HTTP/1.1 request head must be through.
+    setup_deadline: Instant,
     /// Held for as long as the connection lasts.
     slot: limits::ConnectionSlot,
     builder: auto::Builder<TokioExecutor>,
@@ -150,10 +157,14 @@ impl Serving {
             // A handshake still running at shutdown is dropped: it has no calls to finish.
             Some(tls) => tokio::select! {
                 biased;
-                accepted = tls.accept(conn) => match accepted {
-                    Ok(conn) => conn,
-                    Err(err) => {
+                accepted = tokio::time::timeout_at(self.setup_deadline, tls.accept(conn)) => match accepted {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(err)) => {
                         tracing::debug!(%peer, %err, "TLS handshake with a client failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake not finished within --client-setup-timeout");
                         return;
                     }
                 },
@@ -169,6 +180,7 @@ impl Serving {
             Box::pin(handle(app.clone(), routes, request))
         });
         let _slot = self.slot;
+        let conn = setup::SetupDeadline::new(conn, self.setup_deadline);
         let conn = ping_guard::PingGuard::new(conn, self.ping_min_time);
         let connection = self.builder.serve_connection(TokioIo::new(conn), service);
         tokio::pin!(connection);

@@ -104,7 +104,7 @@ impl Upstream {
     /// The proxy's own unary call (a permission check, a Status): the same path as a client's, with the messages
     /// encoded and decoded around it, and without the revision ordering of client reads: its answer reaches no
     /// client as it is, so a lagging member's answer to it is not asked again (and not counted as a client read
-    /// asked again).
+    /// asked again). It ends after [`super::OWN_CALL_DEADLINE`] if etcd has not answered.
     pub async fn call<Req, Resp>(
         self: &Arc<Self>,
         retry: Retry,
@@ -116,9 +116,16 @@ impl Upstream {
         Resp: prost::Message + Default,
     {
         let request = request.map(|message| Bytes::from(message.encode_to_vec()));
-        let bytes = self
-            .unary_unordered(retry, &PathAndQuery::from_static(path), request)
-            .await?;
+        let path_and_query = PathAndQuery::from_static(path);
+        let answer = self.unary_unordered(retry, &path_and_query, request);
+        let bytes = tokio::time::timeout(super::OWN_CALL_DEADLINE, answer)
+            .await
+            .map_err(|_| {
+                Status::unavailable(format!(
+                    "etcd-grpc-proxy: etcd did not answer the proxy's {path} within {:?}",
+                    super::OWN_CALL_DEADLINE
+                ))
+            })??;
         let message = Resp::decode(bytes).map_err(|err| {
             Status::internal(format!(
                 "etcd-grpc-proxy: cannot read etcd's answer to {path}: {err}"

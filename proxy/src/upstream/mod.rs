@@ -56,6 +56,13 @@ const PROBE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long a read may keep being retried across endpoints when the client set no deadline.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 
+/// How long the proxy waits for etcd's answer to a call of its own (Authenticate, a Status, a permission check, a
+/// RangeStream page): a member that accepts and never answers (stopped, partitioned) must not hold up for good
+/// what waits on such a call (with one endpoint nothing else abandons it). Past it the call ends `Unavailable`,
+/// an endpoint failure, as a broken connection would. Far above any answer a live member gives: a bcrypt
+/// comparison under load, a page of `--max-send-bytes`.
+pub const OWN_CALL_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The HTTP/2 receive window of each upstream stream: what etcd may send on one stream ahead of the proxy's
 /// relay, so what an answer stream whose client does not read (Snapshot, Observe) holds in the proxy at most.
 /// (hyper's default, written out because the bound depends on it.)
@@ -531,7 +538,14 @@ impl ChannelSettings {
             .connect_timeout(self.dial_timeout)
             .tcp_nodelay(true)
             .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
-            .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW);
+            .initial_connection_window_size(UPSTREAM_CONNECTION_WINDOW)
+            // A call the proxy gives up (its client went) is reset towards etcd, and etcd's answer may already be
+            // on its way. The HTTP/2 library remembers only its last few reset streams; a frame for an older one
+            // counts against a limit (1024 by default) that is never reset over the connection's life, and past
+            // it the library closes the connection itself (GOAWAY ENHANCE_YOUR_CALM), failing every call on it
+            // with ResourceExhausted. Seen after clients cancelled a few thousand calls while a member hung. The
+            // limit guards against a hostile peer; etcd is not one.
+            .http2_max_local_error_reset_streams(None);
         if let Some(interval) = self.keepalive.interval {
             tonic = tonic
                 .http2_keep_alive_interval(interval)

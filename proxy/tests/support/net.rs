@@ -68,11 +68,21 @@ pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
 /// Opens a TCP connection to `addr`, sends nothing, and waits up to `limit` for the server to close it. Whether it
 /// did.
 pub async fn silent_connection_closed_within(addr: &str, limit: Duration) -> bool {
-    use tokio::io::AsyncReadExt;
-    let mut stream = tokio::net::TcpStream::connect(addr)
+    closed_within(&mut connect(addr).await, limit).await
+}
+
+/// A TCP connection to `addr`, for bytes sent by hand.
+pub async fn connect(addr: &str) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(addr)
         .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    let mut buf = [0u8; 64];
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"))
+}
+
+/// Whether the server closes `stream` (end of stream or reset) within `limit`; what it sends meanwhile is read and
+/// dropped.
+pub async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
     let closed = async {
         loop {
             match stream.read(&mut buf).await {
