@@ -12,6 +12,8 @@
 //!   s-watcher on the same range afterwards. With `max_join_lag > 0` it may instead join a running s-watcher at
 //!   most that many revisions behind the newest revision the hub has seen.
 //! - A cancelled or compacted s-watcher is removed at once and never reused; its receivers are told why.
+//! - An s-watcher lives only while it has receivers: when the last goes, it is cancelled on etcd (a create in flight
+//!   is cancelled right behind it, etcd handles both in order) and forgotten, even when a whole stream goes at once.
 //! - After the upstream stream is lost, every s-watcher is re-created from its `next_rev`: no gap, no duplicate.
 //! - Answers to creates leave in the order the creates arrived on their stream (clients match them in order).
 
@@ -353,14 +355,33 @@ impl Hub {
 
     /// The client stream ended (cancelled or disconnected): drop all its watchers.
     pub fn close_stream(&mut self, id: StreamId) {
+        // A stream that went waits for no progress answer (none may be asked for it below).
+        self.progress_waiters.remove(&id);
         if let Some(stream) = self.streams.remove(&id) {
             self.client_watchers -= stream.watchers.len() as i64;
-            for (watch_id, watcher) in stream.watchers {
-                self.detach(watcher.sw, (id, watch_id));
+            self.detach_all(id, stream.watchers);
+        }
+        self.update_gauges();
+    }
+
+    /// Removes every watcher of a stream that went, and cancels the s-watchers left without receivers, all before
+    /// the hub asks etcd for progress again (see `progress_may_be_dropped`): that request restarts an s-watcher
+    /// ahead of the store under a new ID (see `restart_watchers_ahead`), and a restart between two detaches would
+    /// carry receivers of this stream still on it to an s-watcher that nothing would ever cancel.
+    fn detach_all(&mut self, stream_id: StreamId, watchers: BTreeMap<i64, CWatcher>) {
+        let mut emptied = BTreeSet::new();
+        for (watch_id, watcher) in watchers {
+            if let Some(sw) = self.swatchers.get_mut(&watcher.sw) {
+                sw.receivers.remove(&(stream_id, watch_id));
+                if sw.receivers.is_empty() {
+                    emptied.insert(watcher.sw);
+                }
             }
         }
-        self.progress_waiters.remove(&id);
-        self.update_gauges();
+        for sw_id in emptied {
+            self.forget_s_watcher(sw_id, true);
+        }
+        self.progress_may_be_dropped();
     }
 
     pub fn create(&mut self, stream_id: StreamId, request: WatchCreateRequest) {

@@ -631,6 +631,61 @@ fn a_progress_request_etcd_dropped_is_sent_again_and_the_client_answered() {
 }
 
 #[test]
+fn a_stream_closed_while_its_progress_request_waits_leaves_nothing_upstream() {
+    let mut hub = hub();
+    hub.set_etcd_version(Some("3.5.30"));
+    let a = Client::open(&mut hub, 1, 8);
+    hub.create(a.id, watch("k", 0));
+    hub.request_progress(a.id);
+    // A watcher from revision 5, created while the hub knew no revision: etcd runs it ahead of its store, so the
+    // next progress request restarts it from the newest known revision.
+    hub.create(a.id, watch("j", 5));
+    assert_eq!(
+        sent(&mut hub),
+        vec!["create 1 from 0", "progress", "create 2 from 5"]
+    );
+    hub.upstream_response(created(1, 1));
+    hub.upstream_response(created(2, 1));
+    // Closing takes upstream watcher 1, the only one the request in flight covers: the hub stops waiting for it.
+    // No progress may be asked for the stream that went, and no restart may carry its watcher on.
+    hub.close_stream(a.id);
+    assert_eq!(sent(&mut hub), vec!["cancel 1", "cancel 2"]);
+    assert!(!hub.needs_upstream(), "nothing left to watch for");
+}
+
+#[test]
+fn a_stream_closed_while_another_waits_for_progress_leaves_nothing_upstream() {
+    let mut hub = hub();
+    hub.set_etcd_version(Some("3.5.30"));
+    let a = Client::open(&mut hub, 1, 8);
+    let b = Client::open(&mut hub, 2, 8);
+    hub.create(b.id, watch("m", 0));
+    hub.create(a.id, watch("k", 0));
+    hub.request_progress(b.id);
+    hub.create(a.id, watch("j", 5));
+    assert_eq!(
+        sent(&mut hub),
+        vec![
+            "create 1 from 0",
+            "create 2 from 0",
+            "progress",
+            "create 3 from 5"
+        ]
+    );
+    // b keeps waiting for progress without a watcher; a's watcher on "k" is what the request in flight covers.
+    hub.cancel(b.id, 0);
+    assert_eq!(sent(&mut hub), vec!["cancel 1"]);
+    hub.upstream_response(created(1, 1));
+    hub.upstream_response(created(2, 1));
+    hub.upstream_response(created(3, 1));
+    // Closing a ends the request's cover: a request asked again for b must not restart a's watcher ahead (upstream
+    // watcher 3) under a new ID that a's remaining watchers are no longer traced to.
+    hub.close_stream(a.id);
+    assert_eq!(sent(&mut hub), vec!["cancel 2", "cancel 3"]);
+    assert!(!hub.needs_upstream(), "nothing left to watch for");
+}
+
+#[test]
 fn filters_and_progress_notify_apply_per_watcher() {
     let mut hub = hub();
     let mut a = Client::open(&mut hub, 1, 8);
