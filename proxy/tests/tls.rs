@@ -420,6 +420,20 @@ async fn a_wrong_ca_towards_etcd_is_unavailable_with_the_reason_until_the_file_i
     .await;
 }
 
+/// Waits until `client`'s `get` is refused: the proxy looks at its TLS files every `proxy::tls::reload::POLL`, so a
+/// file replaced on disk decides from its next look on.
+async fn refused_from_the_next_look(who: &str, client: &testkit::Etcdctl) {
+    wait_for(&format!("{who} refused"), WAIT, || async {
+        let out = client.run(&["get", "k"], None).await;
+        if out.success() {
+            Err(format!("served: {out:?}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
+
 /// A certificate revoked in `--client-crl-file` is refused once the proxy has looked at the CRL file again.
 #[tokio::test]
 async fn a_revoked_client_certificate_is_refused_once_the_crl_file_is_read_again() {
@@ -444,16 +458,7 @@ async fn a_revoked_client_certificate_is_refused_once_the_crl_file_is_read_again
     let revoked = etcd.binaries().etcdctl(&url).with_tls(&revoked_client);
     revoked.ok(&["put", "k", "before"]).await;
     testkit::pki::replace(&crl, &pki.proxy_ca.crl(&[serial]).expect("CRL")).expect("replace CRL");
-    // The proxy looks at its files every `proxy::tls::reload::POLL`: refused from its next look on.
-    wait_for("the revoked certificate refused", WAIT, || async {
-        let out = revoked.run(&["get", "k"], None).await;
-        if out.success() {
-            Err(format!("served: {out:?}"))
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    refused_from_the_next_look("the revoked certificate", &revoked).await;
     // Everyone else still is.
     etcd.binaries()
         .etcdctl(&url)
@@ -665,15 +670,7 @@ async fn a_replaced_client_ca_bundle_decides_who_may_connect() {
             .expect("client")
     };
     testkit::pki::replace(&trusted, new_ca.cert_pem()).expect("replace the client CA");
-    wait_for("a client of the replaced CA refused", WAIT, || async {
-        let out = old_client.run(&["get", "k"], None).await;
-        if out.success() {
-            Err(format!("served: {out:?}"))
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    refused_from_the_next_look("a client of the replaced CA", &old_client).await;
     let served = etcd.binaries().etcdctl(&url).with_tls(&new_client);
     assert_eq!(
         served.ok(&["get", "k", "--print-value-only"]).await.trim(),

@@ -298,16 +298,22 @@ async fn with_a_proxy_user_watchers_survive_an_etcd_restart_that_forgets_every_t
     assert_eq!(refusal_shape(&proxied), refusal_shape(&direct));
 }
 
+/// One etcd member with auth on and its root user (password `rootpw`).
+async fn one_member_with_root(binaries: &testkit::Binaries) -> testkit::EtcdCluster {
+    let etcd = support::cluster(binaries, 1, &[]).await;
+    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
+        etcd.etcdctl(0).ok(args).await;
+    }
+    etcd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_user_etcd_refuses_ends_watchers_with_etcds_reason() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let etcd = one_member_with_root(&binaries).await;
     let ep = etcd.endpoint(0);
-    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
-        etcd.etcdctl(0).ok(args).await;
-    }
     let proxy = support::proxy::start(&etcd.endpoints(), &["--user=root:wrong"]).await;
     let root = token(&ep, "root", "rootpw").await;
     let (_keep, _stream, answer) = watch_with(&proxy.addr(), &root, "k").await;
@@ -326,11 +332,8 @@ async fn the_proxy_password_can_come_from_a_file_or_the_environment() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let etcd = one_member_with_root(&binaries).await;
     let ep = etcd.endpoint(0);
-    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
-        etcd.etcdctl(0).ok(args).await;
-    }
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("password");
     std::fs::write(&file, "rootpw\n").expect("write the password file");
@@ -442,11 +445,8 @@ async fn the_proxys_own_calls_to_a_hung_member_end_at_their_deadline() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let etcd = one_member_with_root(&binaries).await;
     let ep = etcd.endpoint(0);
-    for args in [&["user", "add", "root:rootpw"][..], &["auth", "enable"]] {
-        etcd.etcdctl(0).ok(args).await;
-    }
     let proxy = support::proxy::start(&etcd.endpoints(), &["--user=root:rootpw"]).await;
     let root = token(&ep, "root", "rootpw").await;
     let addr = proxy.addr();
