@@ -1,5 +1,6 @@
-//! Which seeds a test run sweeps: `SIM_SEED=n` runs exactly seed n; `SIM_SEEDS=n` sweeps seeds 0..n; otherwise
-//! [`DEFAULT_SEEDS`]. Seeds that once failed live in `testdata/sim/regressions.txt` (`scenario seed # why`) and
+//! Which seeds a test run sweeps: `SIM_SEED=n` runs exactly seed n; `SIM_SEEDS=n` sweeps n seeds from
+//! `SIM_SEED_START` (default 0), so that a sweep can cover seeds no earlier sweep (and no fix) saw; otherwise
+//! [`DEFAULT_SEEDS`] from 0. Seeds that once failed live in `testdata/sim/regressions.txt` (`scenario seed # why`) and
 //! run every time.
 
 /// Seeds per scenario in a default `cargo test -p sim`.
@@ -16,7 +17,8 @@ pub fn sweep_or(default: u64) -> Vec<u64> {
         return vec![seed];
     }
     let count = env_u64("SIM_SEEDS").unwrap_or(default);
-    (0..count).collect()
+    let start = env_u64("SIM_SEED_START").unwrap_or(0);
+    (start..start + count).collect()
 }
 
 fn env_u64(name: &str) -> Option<u64> {
