@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Docker for the conformance suite's testcontainers backend, on this machine only (no registry is reachable).
 #
-#   ci/docker-image.sh start   installs docker.io, busybox-static, etcd 3.5.1 and etcd 3.5.30 if missing
-#                              (ci/install-conformance-deps.sh), starts a dockerd of our own (own data/exec root,
-#                              own socket, --iptables=false) unless it already runs, and imports the images
-#                              local/etcd:3.5.1 and local/etcd:3.5.30 (busybox-static + that version's etcd, etcdctl
-#                              and etcdutl in /usr/local/bin) unless present.
+#   ci/docker-image.sh start   installs docker.io, busybox-static, etcd 3.5.1, 3.5.30 and the newest (3.7, built
+#                              from its Go modules) if missing (ci/install-conformance-deps.sh), starts a dockerd
+#                              of our own (own data/exec root, own socket, --iptables=false) unless it already
+#                              runs, and imports the images local/etcd:3.5.1, local/etcd:3.5.30 and
+#                              local/etcd:<newest> (busybox-static + that version's etcd, etcdctl and etcdutl in
+#                              /usr/local/bin) unless present.
 #                              Prints `export DOCKER_HOST=...` for the caller to eval.
 #   ci/docker-image.sh stop    stops that dockerd by its pid (and only it) and waits for it to exit.
 #
@@ -68,6 +69,9 @@ start() {
   fi
   import_image 3.5.1 "$ETCD_351_DIR"
   import_image 3.5.30 "$ETCD_3530_DIR"
+  # The newest version ci/install-etcd-go.sh builds (its last line: the directories sort by version).
+  read -r newest newest_dir < <(ci/install-etcd-go.sh --dirs | tail -n 1)
+  import_image "$newest" "$newest_dir"
   echo "export DOCKER_HOST=$DOCKER_HOST"
 }
 

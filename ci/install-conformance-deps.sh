@@ -5,6 +5,8 @@
 #   - etcd 3.5.30 (etcd, etcdctl, etcdutl) from Debian's sid suite (`etcd-server`/`etcd-client` 3.5.30-*, fetched
 #     with a private apt configuration, never installed as packages), into $ETCD_3530_DIR
 #     (default /usr/local/lib/etcd-3.5.30);
+#   - etcd 3.6 and 3.7 (etcd, etcdctl, etcdutl), built from their Go modules by ci/install-etcd-go.sh into
+#     /usr/local/lib/etcd-<version>;
 #   - docker.io (dockerd) and busybox-static from Debian, for the testcontainers backend (ci/docker-image.sh
 #     starts dockerd and imports the images; this script only installs).
 # Safe to run again: installs only what is missing.
@@ -88,6 +90,8 @@ if [[ "$etcd3530_version" != *"etcd Version: 3.5.30"* ]]; then
   [[ "$etcd3530_version" == *"etcd Version: 3.5.30"* ]] || { echo "not etcd 3.5.30: $etcd3530_version" >&2; exit 1; }
 fi
 
+ci/install-etcd-go.sh
+
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && file_static=$(ldd /bin/busybox 2>&1 || true)
@@ -98,7 +102,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-for dir in "$ETCD_351_DIR" "$ETCD_3530_DIR"; do
+for dir in "$ETCD_351_DIR" "$ETCD_3530_DIR" $(ci/install-etcd-go.sh --dirs | cut -d' ' -f2); do
   "$dir/etcd" --version | sed -n 1p
   "$dir/etcdctl" version | sed -n 1p
 done

@@ -1,7 +1,7 @@
 //! The one test kit: everything the proxy's integration tests, the conformance suite and the benchmark need to
 //! run real processes. Dev-only; never a dependency of the product.
 //!
-//! - [`etcd`]: the etcd versions (3.4.23, 3.5.1, 3.5.30) and where they are installed; clusters of member
+//! - [`etcd`]: the etcd versions (3.4.23, 3.5.1, 3.5.30, 3.6.16, 3.7.3) and where they are installed; clusters of member
 //!   processes (kill, SIGSTOP/SIGCONT, restart); containers of a locally imported image; one member of either;
 //!   client URLs in the clear or over TLS ([`etcd::EtcdTls`], `--client-cert-auth` included).
 //! - [`proxy`]: the proxy's release binary, built on first use, started with flags on a free port (readiness over

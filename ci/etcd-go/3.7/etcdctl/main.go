@@ -1,0 +1,6 @@
+// etcdctl of the version this module's go.mod requires.
+package main
+
+import "go.etcd.io/etcd/etcdctl/v3/ctlv3"
+
+func main() { ctlv3.MustStart() }
