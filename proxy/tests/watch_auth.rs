@@ -381,10 +381,10 @@ async fn the_proxy_password_can_come_from_a_file_or_the_environment() {
     }
 }
 
-/// GHSA-xg4h-6gfc-h4m8: etcd before 3.5.33 (every version the test kit has) checks a watch whose `range_end` is
+/// GHSA-xg4h-6gfc-h4m8: etcd before 3.5.33 (here 3.4.23, 3.5.1 and 3.5.30) checks a watch whose `range_end` is
 /// `"\0"` (every key from `key` on) as if it covered `key` alone, so a user who may read only `a` receives writes
-/// to `b`. Directly on etcd the hole shows; through the proxy, in both modes, that watch is refused as etcd refuses
-/// any watch its caller may not read.
+/// to `b`; 3.6.16 and 3.7.3 have the fix. Directly on etcd the hole shows where it is; through the proxy, in both
+/// modes and on every version, that watch is refused as etcd refuses any watch its caller may not read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_ended_watch_is_checked_on_the_range_it_really_covers() {
     let Some(binaries) = support::etcd() else {
@@ -405,22 +405,26 @@ async fn an_open_ended_watch_is_checked_on_the_range_it_really_covers() {
     let per_token = support::proxy::start(&etcd.endpoints(), &[]).await;
     let own_user = support::proxy::start(&etcd.endpoints(), &["--user=root:rootpw"]).await;
 
-    // Directly: the open-ended watch is created, and a write to `b` reaches a user who may not read `b`.
-    let reader = token(&ep, "reader", "readerpw").await;
-    let (_keep, mut direct, created) = watch_range_with(&ep, &reader, "a", b"\0").await;
-    assert!(
-        created.created && !created.canceled,
-        "etcd {:?} no longer has the hole: {created:?}",
-        binaries.version
-    );
-    let root = token(&ep, "root", "rootpw").await;
-    put_as(&ep, &root, "b", "secret").await;
-    let leaked = next(&mut direct).await;
-    assert_eq!(leaked.events[0].kv.as_ref().unwrap().key, &b"b"[..]);
-
     // How etcd refuses a watch the reader may not make: the watch of `b` alone.
+    let reader = token(&ep, "reader", "readerpw").await;
     let (_d, _ds, forbidden) = watch_with(&ep, &reader, "b").await;
     assert!(forbidden.canceled, "{forbidden:?}");
+    let (_keep, mut direct, created) = watch_range_with(&ep, &reader, "a", b"\0").await;
+    if created.canceled {
+        // A fixed etcd checks the range an open-ended watch really covers, and refuses it as it refuses `b`.
+        assert!(
+            binaries.version >= testkit::Version::V3_6_16,
+            "etcd {} refused it: {created:?}",
+            binaries.version
+        );
+        assert_eq!(refusal_shape(&created), refusal_shape(&forbidden));
+    } else {
+        // Before the fix the open-ended watch is created, and a write to `b` reaches a user who may not read `b`.
+        let root = token(&ep, "root", "rootpw").await;
+        put_as(&ep, &root, "b", "secret").await;
+        let leaked = next(&mut direct).await;
+        assert_eq!(leaked.events[0].kv.as_ref().unwrap().key, &b"b"[..]);
+    }
     for proxy in [&per_token, &own_user] {
         let addr = proxy.addr();
         let reader = token(&addr, "reader", "readerpw").await;

@@ -30,9 +30,12 @@ fn re(pattern: &str) -> Regex {
 static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| re(r"<(ID(\d+)|REV([+-]\d+))>"));
 static PORT: LazyLock<Regex> = LazyLock::new(|| re(r"(127\.0\.0\.1|localhost|0\.0\.0\.0):\d+"));
 static HEX_ID: LazyLock<Regex> = LazyLock::new(|| re(r"\b[0-9a-f]{12,16}\b"));
-static TOOK: LazyLock<Regex> = LazyLock::new(|| re(r"took = [0-9.]+[a-zµ]+"));
+/// `endpoint health` ("took = 1.2ms") and, from etcdctl 3.6 on, `defrag` ("took 9.2ms").
+static TOOK: LazyLock<Regex> = LazyLock::new(|| re(r"took( =)? [0-9.]+[a-zµ]+"));
 static REMAINING: LazyLock<Regex> = LazyLock::new(|| re(r"remaining\(-?\d+s\)"));
 static SIZE: LazyLock<Regex> = LazyLock::new(|| re(r"\b\d+(\.\d+)? (B|kB|MB|GB|TB)\b"));
+/// `endpoint status` from etcdctl 3.6 on: the share of the database in use follows its two sizes, and moves with them.
+static IN_USE: LazyLock<Regex> = LazyLock::new(|| re(r"(<SIZE>\s*[,|]\s*)\d+%"));
 static COMPACTED: LazyLock<Regex> = LazyLock::new(|| re(r"compacted revision (\d+)"));
 static FIELD_REV: LazyLock<Regex> =
     LazyLock::new(|| re(r#""(Revision|CreateRevision|ModRevision|CompactRevision)" : (\d+)"#));
@@ -258,9 +261,10 @@ impl Normalizer {
         let s = STATUS_TEXT.replace_all(&s, "$1, $2, <TERM>, <INDEX>, <INDEX>, ");
         let s = STATUS_TABLE.replace_all(&s, "|$1$2 |$3$4 | <TERM> | <INDEX> | <INDEX> |");
         let s = FIELD_TERM.replace_all(&s, "\"$1\" : <N>");
-        let s = TOOK.replace_all(&s, "took = <DURATION>");
+        let s = TOOK.replace_all(&s, "took$1 <DURATION>");
         let s = REMAINING.replace_all(&s, "remaining(<N>s)");
         let s = SIZE.replace_all(&s, "<SIZE>");
+        let s = IN_USE.replace_all(&s, "$1<PCT>");
         let s = ATTACHED_KEYS
             .replace_all(&s, |c: &Captures<'_>| {
                 let mut keys: Vec<&str> = c[1].split(' ').collect();
@@ -428,6 +432,20 @@ mod tests {
         assert_eq!(
             n.stdout("127.0.0.1:23791, bb7d371eb677b2bf, 3.4.23, 37 kB, true, false, 2, 9, 9, \n"),
             "127.0.0.1:<PORT>, <ID1>, 3.4.23, <SIZE>, true, false, <TERM>, <INDEX>, <INDEX>, \n"
+        );
+        assert_eq!(
+            n.stdout(
+                "127.0.0.1:11992, 664b4175f9d54b92, 3.7.3, 3.7.0, 33 kB, 25 kB, 25%, 2.1 GB, true, false, 2, 6, 6, , , false\n"
+            ),
+            "127.0.0.1:<PORT>, <ID2>, 3.7.3, 3.7.0, <SIZE>, <SIZE>, <PCT>, <SIZE>, true, false, <TERM>, <INDEX>, <INDEX>, , , false\n"
+        );
+        assert_eq!(
+            n.stdout("Finished defragmenting etcd member[127.0.0.1:2379]. took 9.225691ms\n"),
+            "Finished defragmenting etcd member[127.0.0.1:<PORT>]. took <DURATION>\n"
+        );
+        assert_eq!(
+            n.stdout("| 33 kB | 25 kB | 25% | 2.1 GB |\n"),
+            "| <SIZE> | <SIZE> | <PCT> | <SIZE> |\n"
         );
         assert_eq!(
             n.stdout("ea475ec8, 5, 11, 20 kB\n"),

@@ -51,8 +51,12 @@ pub async fn serve(
             answered => return answered,
         }
     }
-    let range = range
-        .map_err(|err| Status::internal(format!("grpc: error unmarshalling request: {err}")))?;
+    // etcd 3.7's words for a request it cannot decode (grpc-go reads a streaming call's request with RecvMsg).
+    let range = range.map_err(|_| {
+        Status::internal(
+            "grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data",
+        )
+    })?;
     let pages = Pages::new(upstream.clone(), forwarded, range);
     Ok(Response::new(Box::pin(futures::stream::unfold(
         pages,

@@ -87,17 +87,22 @@ impl Spec {
     }
 }
 
-/// Every backend and version the kit knows: each version as a process, and as a container where an image is built.
+/// Every backend and version the kit knows (of the versions [`Version::selected`] picks): each version as a process,
+/// and as a container where an image is built.
 pub async fn discover() -> Vec<Spec> {
+    let versions = Version::selected();
     let mut specs = Vec::new();
-    for version in Version::ALL {
+    for version in versions.iter().copied() {
         specs.push(Spec {
             backend: Backend::Process,
             version,
             binaries: version.binaries(),
         });
     }
-    for version in container::VERSIONS {
+    for version in container::VERSIONS
+        .into_iter()
+        .filter(|v| versions.contains(v))
+    {
         let binaries = match (version.binaries(), container::unavailable(version).await) {
             (Ok(b), None) => Ok(b),
             (Err(e), _) | (Ok(_), Some(e)) => Err(e),

@@ -129,6 +129,35 @@ impl Version {
             Err(_) => Version::NEWEST,
         }
     }
+
+    /// The versions a harness that runs on every version covers (the conformance suite, the every-version tests):
+    /// those `TESTKIT_ETCD_VERSIONS` names, comma-separated (e.g. `TESTKIT_ETCD_VERSIONS=3.6.16,3.7.3`), else all,
+    /// oldest first. Panics on a name that is no known version, or on a list that names none.
+    pub fn selected() -> Vec<Version> {
+        match std::env::var("TESTKIT_ETCD_VERSIONS") {
+            Ok(list) => parse_list(&list).unwrap_or_else(|e| panic!("TESTKIT_ETCD_VERSIONS: {e}")),
+            Err(_) => Version::ALL.to_vec(),
+        }
+    }
+}
+
+fn parse_list(list: &str) -> Result<Vec<Version>, String> {
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let v = Version::parse(name).ok_or_else(|| {
+            format!(
+                "{name:?} is not one of {:?}",
+                Version::ALL.map(Version::name)
+            )
+        })?;
+        out.push(v);
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        return Err(format!("{list:?} names no version"));
+    }
+    Ok(out)
 }
 
 impl fmt::Display for Version {
@@ -171,6 +200,22 @@ mod tests {
         }
         assert_eq!(Version::parse("3.5"), None);
         assert!(Version::V3_4_23 < Version::V3_5_1 && Version::V3_5_1 < Version::V3_5_30);
+        assert!(Version::V3_5_30 < Version::V3_6_16 && Version::V3_6_16 < Version::V3_7_3);
+        assert_eq!(Version::ALL.last(), Some(&Version::NEWEST));
+    }
+
+    #[test]
+    fn a_version_list_is_parsed_sorted_and_refuses_unknown_names() {
+        assert_eq!(
+            parse_list("3.7.3, 3.5.30,3.7.3"),
+            Ok(vec![Version::V3_5_30, Version::V3_7_3])
+        );
+        assert!(
+            parse_list("3.7")
+                .unwrap_err()
+                .contains("\"3.7\" is not one of")
+        );
+        assert!(parse_list(" , ").unwrap_err().contains("names no version"));
     }
 
     #[test]
