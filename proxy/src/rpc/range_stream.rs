@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use http::uri::PathAndQuery;
 use prost::Message;
 use proto::etcdserverpb::{RangeRequest, RangeResponse, RangeStreamResponse, range_request};
@@ -53,14 +54,21 @@ pub async fn serve(
     }
     let range = range
         .map_err(|err| Status::internal(format!("grpc: error unmarshalling request: {err}")))?;
-    let pages = Pages::new(upstream.clone(), forwarded, range);
-    Ok(Response::new(Box::pin(futures::stream::unfold(
-        pages,
-        |mut pages| async move {
-            let chunk = pages.next().await?;
-            Some((chunk, pages))
-        },
-    ))))
+    let mut pages = Pages::new(upstream.clone(), forwarded, range);
+    // The first page is read before answering, as 3.7 reads its first chunk before sending anything: a request
+    // refused on reading (a compacted or future revision) is then refused before any chunk, with no response
+    // headers (a trailers-only answer), as 3.7 refuses it, not as a stream that opens and then fails.
+    let first = match pages.next().await {
+        Some(Err(status)) => return Err(status),
+        first => first,
+    };
+    let rest = futures::stream::unfold(pages, |mut pages| async move {
+        let chunk = pages.next().await?;
+        Some((chunk, pages))
+    });
+    Ok(Response::new(Box::pin(
+        futures::stream::iter(first).chain(rest),
+    )))
 }
 
 /// What etcd 3.7 refuses before reading (api/v3rpc/key.go, `checkRangeStreamRequest`), with its codes and words.
