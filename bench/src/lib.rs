@@ -19,10 +19,13 @@
 //! partitioned in turn under load through this proxy, the Go proxy and etcdctl at once.
 //! `bench tree` ([`tree`]) is another: a mid proxy and leaf proxies in front of one etcd, 10,000 watchers on one
 //! key through the leaves, this proxy's tree and the Go proxy's in turn (issue 18).
+//! `bench list` ([`list`]) is a third: 100,000 keys listed with RangeStream from etcd 3.7 directly and through this
+//! proxy (issue 32).
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.
 
 pub mod failover;
+pub mod list;
 pub mod load;
 pub mod memory;
 pub mod meter;

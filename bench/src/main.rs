@@ -1,7 +1,8 @@
 //! `bench`: runs the side-by-side benchmark and writes `<out-dir>/<name>.json`, `.md` and SVG charts; or, without
 //! running anything, renders an earlier run again (`--render`) or compares two runs (`--compare`); or, as
 //! `bench failover`, measures what a member's crash, hang or partition costs each target's clients; or, as
-//! `bench tree`, measures a watch fan-out through a tree of this proxy and through a tree of the Go proxy.
+//! `bench tree`, measures a watch fan-out through a tree of this proxy and through a tree of the Go proxy; or, as
+//! `bench list`, times listing 100,000 keys with RangeStream straight from etcd 3.7 and through this proxy.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -88,6 +89,10 @@ enum Mode {
     /// leaves while the key is put: fan-out latency, lost events, watchers on etcd and each tier's CPU, for a tree
     /// of this proxy and a tree of etcd's Go proxy in turn (see `bench::tree`).
     Tree(bench::tree::Options),
+    /// One etcd member loaded with 100,000 keys, the whole keyspace listed with RangeStream (etcd 3.7) straight
+    /// from etcd and through this proxy in turn: each one's median time and the proxy's peak memory (see
+    /// `bench::list`).
+    List(bench::list::Options),
 }
 
 fn main() -> ExitCode {
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
     match &args.mode {
         Some(Mode::Failover(options)) => return failover(options),
         Some(Mode::Tree(options)) => return tree(options),
+        Some(Mode::List(options)) => return list(options),
         None => {}
     }
     if let Some(message) = overridden_flags(&matches, &args) {
@@ -204,7 +210,21 @@ fn tree(options: &bench::tree::Options) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs a measurement of its own (`bench failover`, `bench tree`) on a fresh runtime, given the command line;
+/// `bench list`: runs, prints the markdown, writes it and the JSON. Fails when a list failed or came incomplete.
+fn list(options: &bench::list::Options) -> ExitCode {
+    let written = measure(
+        "bench list",
+        |command| bench::list::run(options, command),
+        bench::list::render,
+        |report| bench::list::write(report, &options.out_dir),
+    );
+    match written {
+        Some(_) => ExitCode::SUCCESS,
+        None => ExitCode::FAILURE,
+    }
+}
+
+/// Runs a measurement of its own (`bench failover`, `bench tree`, `bench list`) on a fresh runtime, given the command line;
 /// prints its markdown and writes its files. Ctrl-C ends the run by dropping it, which kills every process it
 /// started. `None` (after saying why) when it could not run or its report could not be written.
 fn measure<R, F>(

@@ -613,18 +613,22 @@ async fn malformed_and_unknown_bytes_get_etcds_answer() {
         assert_eq!(at_proxy, at_etcd, "{what}");
     }
 
-    // RangeStream: relayed to an etcd that serves it (3.7), which answers; before 3.7 the proxy serves it and answers
-    // malformed bytes with 3.7's words.
+    // RangeStream, which etcd before 3.7 lacks and the proxy serves, answers malformed bytes as etcd 3.7.3 does
+    // (what 3.7.3 answers is checked on 3.7.3, where the proxy relays).
     let malformed = frame(&[0x0a, 0x05, b'a']);
-    let at_etcd = raw_call(&direct, "/etcdserverpb.KV/RangeStream", malformed.clone()).await;
-    let at_proxy = raw_call(&through, "/etcdserverpb.KV/RangeStream", malformed).await;
-    if at_etcd.starts_with("12: ") {
-        assert_eq!(
-            at_proxy,
-            "13: grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data"
-        );
-    } else {
-        assert_eq!(at_proxy, at_etcd, "RangeStream, relayed");
+    let path = "/etcdserverpb.KV/RangeStream";
+    // Go's protobuf errors put a space or, chosen per binary, a no-break space after "proto:" (relayed from 3.7.3
+    // as it chose); the emulation puts the space.
+    let at_proxy = raw_call(&through, path, malformed.clone())
+        .await
+        .replace('\u{a0}', " ");
+    assert_eq!(
+        at_proxy,
+        "13: grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data"
+    );
+    if binaries.version >= testkit::Version::V3_7_3 {
+        let at_etcd = raw_call(&direct, path, malformed).await;
+        assert_eq!(at_proxy, at_etcd.replace('\u{a0}', " "));
     }
 
     // A frame that promises 10 bytes and carries 3.

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use http::uri::PathAndQuery;
 use prost::Message;
 use proto::etcdserverpb::{RangeRequest, RangeResponse, RangeStreamResponse, range_request};
@@ -20,6 +21,11 @@ use crate::upstream::{BoxStream, Forwarded, Retry, Upstream, path};
 
 /// etcd 3.7's first chunk limit (`initialStreamChunkLimit`).
 const FIRST_CHUNK_LIMIT: i64 = 10;
+
+/// What etcd 3.7.3 answers a RangeStream whose bytes are not a RangeRequest (Go's protobuf puts a space or, chosen
+/// per binary, a no-break space after "proto:"; this is the space).
+pub const MALFORMED: &str =
+    "grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data";
 
 /// Serves one RangeStream call.
 pub async fn serve(
@@ -51,20 +57,23 @@ pub async fn serve(
             answered => return answered,
         }
     }
-    // etcd 3.7's words for a request it cannot decode (grpc-go reads a streaming call's request with RecvMsg).
-    let range = range.map_err(|_| {
-        Status::internal(
-            "grpc: failed to unmarshal the received message: proto: cannot parse invalid wire-format data",
-        )
-    })?;
-    let pages = Pages::new(upstream.clone(), forwarded, range);
-    Ok(Response::new(Box::pin(futures::stream::unfold(
-        pages,
-        |mut pages| async move {
-            let chunk = pages.next().await?;
-            Some((chunk, pages))
-        },
-    ))))
+    // etcd 3.7.3's words (grpc-go's, whatever the fault in the bytes), not the older grpc-go of the etcd behind.
+    let range = range.map_err(|_| Status::internal(MALFORMED))?;
+    let mut pages = Pages::new(upstream.clone(), forwarded, range);
+    // The first page is read before answering, as 3.7 reads its first chunk before sending anything: a request
+    // refused on reading (a compacted or future revision) is then refused before any chunk, with no response
+    // headers (a trailers-only answer), as 3.7 refuses it, not as a stream that opens and then fails.
+    let first = match pages.next().await {
+        Some(Err(status)) => return Err(status),
+        first => first,
+    };
+    let rest = futures::stream::unfold(pages, |mut pages| async move {
+        let chunk = pages.next().await?;
+        Some((chunk, pages))
+    });
+    Ok(Response::new(Box::pin(
+        futures::stream::iter(first).chain(rest),
+    )))
 }
 
 /// What etcd 3.7 refuses before reading (api/v3rpc/key.go, `checkRangeStreamRequest`), with its codes and words.
