@@ -46,10 +46,11 @@ async fn raw_txn(addr: &str, bytes: Vec<u8>) -> Result<Bytes, tonic::Status> {
 }
 
 /// etcd 3.7's answer to a message nested deeper than its decoder's limit (protobuf-go: 10,000 messages, a Txn about
-/// 5,000 levels deep), which it gives before it looks at the Txn.
+/// 5,000 levels deep), which it gives before it looks at the Txn. protobuf-go puts a space or, chosen per binary, a
+/// no-break space after "proto:"; this is the answer with a space.
 const DECODER_TOO_DEEP: (tonic::Code, &str) = (
     tonic::Code::Internal,
-    "grpc: error unmarshalling request: proto:\u{a0}exceeded maximum recursion depth",
+    "grpc: error unmarshalling request: proto: exceeded maximum recursion depth",
 );
 
 #[tokio::test]
@@ -71,7 +72,7 @@ async fn a_txn_nested_100000_deep_gets_etcds_answer_and_the_proxy_serves_on() {
         let direct = raw_txn(&etcd.addr(0), deep.clone())
             .await
             .expect_err("etcd refuses it");
-        let direct = (direct.code(), direct.message().to_string());
+        let direct = (direct.code(), direct.message().replace('\u{a0}', " "));
         let expected = if direct.0 == DECODER_TOO_DEEP.0 && direct.1 == DECODER_TOO_DEEP.1 {
             assert!(
                 levels > 4_999 && binaries.version >= testkit::Version::V3_7_3,
