@@ -239,7 +239,7 @@ async fn shared_lane(
         Err(e) => return fail_all(format!("scratch directory: {e}")),
     };
     let model = if with_model {
-        Some(target::start_model(MODEL_SEED).await)
+        Some(target::start_model(MODEL_SEED, spec.version).await)
     } else {
         None
     };
@@ -429,7 +429,7 @@ async fn run_on_fresh_etcd(
 
 async fn run_on_fresh_model(spec: &Spec, sc: &Scenario, root: &Path) -> Result<Played, String> {
     let binaries = spec.binaries.as_ref().map_err(Clone::clone)?;
-    let model = target::start_model(MODEL_SEED)
+    let model = target::start_model(MODEL_SEED, spec.version)
         .await
         .map_err(|e| format!("starting the model: {e}"))?;
     let at = Endpoint::plain(model.addr());

@@ -58,8 +58,9 @@ impl Drop for Served {
 }
 
 /// Serves a fresh one-member model etcd of the simulation (`sim::model`) on a free loopback port, through
-/// `proxy::net::TokioNet`, on a thread of its own with its own runtime. The seed fixes its IDs.
-pub async fn start_model(seed: u64) -> Result<Served, String> {
+/// `proxy::net::TokioNet`, on a thread of its own with its own runtime. The seed fixes its IDs; it follows etcd
+/// `version`'s rules where versions differ (the version of the etcd it is compared with).
+pub async fn start_model(seed: u64, version: testkit::Version) -> Result<Served, String> {
     use proxy::net::Net as _;
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (addr_tx, addr_rx) = oneshot::channel::<Result<SocketAddr, String>>();
@@ -94,6 +95,7 @@ pub async fn start_model(seed: u64) -> Result<Served, String> {
                     }
                 };
                 let cluster = sim::model::Cluster::new(1, seed);
+                cluster.imitate(version.name());
                 cluster.set_client_urls(0, vec![format!("http://{addr}")]);
                 let _ = addr_tx.send(Ok(addr));
                 let shutdown = async {

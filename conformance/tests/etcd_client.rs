@@ -344,7 +344,7 @@ async fn compare_on(spec: &Spec, setup: &Setup, profiles: &[profile::Profile]) {
         plain.get_or_insert(direct);
     }
     let direct = plain.expect("direct in the clear ran");
-    let model = target::start_model(MODEL_SEED)
+    let model = target::start_model(MODEL_SEED, spec.version)
         .await
         .expect("start the model");
     let on_model = core_scenarios(&Endpoint::plain(model.addr()), "/ec/model/").await;

@@ -636,14 +636,6 @@ async fn lease_keep_alive_half_close(run: &mut Run) -> Result<(), String> {
     Ok(())
 }
 
-/// A known way the model answers differently from etcd of one version (a defect to fix in `sim/`).
-#[derive(Clone, Copy)]
-struct ModelDefect {
-    /// The etcd version (`3.5.30`) whose answers the model's differ from.
-    version: &'static str,
-    why: &'static str,
-}
-
 /// How a case is set up on each etcd version.
 struct Case {
     /// The snapshot name: `raw-grpc__<name>`.
@@ -654,10 +646,6 @@ struct Case {
     proxy_flags: &'static [&'static str],
     /// Why the model cannot run the case, if it cannot.
     model_unsupported: Option<&'static str>,
-    /// A known way the model answers differently from etcd of one version: there the model still runs and its
-    /// difference is printed, without failing the test (on every other version a difference fails); a model that
-    /// answers like etcd gets a note.
-    model_defect: Option<ModelDefect>,
 }
 
 const PLAIN: Case = Case {
@@ -665,7 +653,6 @@ const PLAIN: Case = Case {
     etcd_flags: &[],
     proxy_flags: &[],
     model_unsupported: None,
-    model_defect: None,
 };
 
 async fn transcript(
@@ -797,28 +784,13 @@ async fn check(case: Case, body: impl AsyncFn(&mut Run) -> Result<(), String>) {
         match case.model_unsupported {
             Some(why) => eprintln!("SKIPPED model for {} ({label}): {why}", case.name),
             None => {
-                let model = target::start_model(MODEL_SEED)
+                let model = target::start_model(MODEL_SEED, spec.version)
                     .await
                     .unwrap_or_else(|e| panic!("start the model: {e}"));
                 let m = transcript(&Endpoint::plain(model.addr()), &prefix('m'), &body).await;
                 model.stop().await;
-                let defect = case
-                    .model_defect
-                    .filter(|d| d.version == spec.version.name())
-                    .map(|d| d.why);
-                match (compare("model", &direct, &m), defect) {
-                    (None, None) => {}
-                    (Some(d), None) => failures.push(format!("{label}: {d}")),
-                    (Some(d), Some(defect)) => {
-                        eprintln!(
-                            "KNOWN MODEL DEFECT in {} ({label}): {defect}\n{d}",
-                            case.name
-                        )
-                    }
-                    (None, Some(_)) => eprintln!(
-                        "note: the model answers like etcd in {} ({label}); drop its model_defect",
-                        case.name
-                    ),
+                if let Some(d) = compare("model", &direct, &m) {
+                    failures.push(format!("{label}: {d}"));
                 }
             }
         }
@@ -846,11 +818,6 @@ async fn client_chosen_watch_ids_duplicates_and_cancel_answer_like_etcd() {
 async fn watch_progress_requests_answer_like_etcd() {
     let case = Case {
         name: "progress-request",
-        model_defect: Some(ModelDefect {
-            version: "3.5.30",
-            why: "the model answers a progress request on a stream without watchers, as etcd before 3.5.8 does \
-                  (its Status reports 3.4.23); etcd 3.5.30 sends nothing",
-        }),
         ..PLAIN
     };
     check(case, progress_request).await;
@@ -866,7 +833,6 @@ async fn fragmented_watch_responses_match_etcd_with_the_same_small_limit() {
         // every proxy of the row gets it, as an operator would give it to each.
         proxy_flags: &["--max-send-bytes=4096"],
         model_unsupported: Some("the model does not fragment watch responses"),
-        model_defect: None,
     };
     check(case, fragment_small_limit).await;
 }

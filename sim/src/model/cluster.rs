@@ -51,6 +51,8 @@ struct Shared {
     /// The latest simulated time seen, in nanoseconds (0 until the cluster runs inside a simulation).
     last_sim_nanos: AtomicU64,
     progress_interval: Mutex<Duration>,
+    /// The etcd version whose rules the model follows where versions differ, and which its Status reports.
+    version: Mutex<&'static str>,
     /// Live watchers per Watch stream (see [`WatchCensus`]).
     census: Mutex<Registry>,
     /// Which members crashed, hang or are cut off from the others, and who leads.
@@ -92,6 +94,7 @@ impl Cluster {
                 epoch: tokio::time::Instant::now(),
                 last_sim_nanos: AtomicU64::new(0),
                 progress_interval: Mutex::new(DEFAULT_PROGRESS_INTERVAL),
+                version: Mutex::new(super::MODEL_VERSION),
                 census: Mutex::new(Registry::default()),
                 leadership: Mutex::new(Leadership::new(count)),
                 frozen: Mutex::new(vec![None; count]),
@@ -112,6 +115,22 @@ impl Cluster {
 
     pub fn progress_interval(&self) -> Duration {
         *lock(&self.shared.progress_interval)
+    }
+
+    /// Makes the model follow etcd `version`'s rules where versions differ (and report it in Status), as the
+    /// conformance suite does beside each etcd it compares the model with. Unset, it is [`super::MODEL_VERSION`].
+    pub fn imitate(&self, version: &'static str) {
+        *lock(&self.shared.version) = version;
+    }
+
+    /// The etcd version the model imitates.
+    pub fn version(&self) -> &'static str {
+        *lock(&self.shared.version)
+    }
+
+    /// Whether the imitated version is `at_least` or newer.
+    pub fn imitates_at_least(&self, at_least: (u32, u32, u32)) -> bool {
+        version_triple(self.version()) >= at_least
     }
 
     pub fn member_count(&self) -> usize {
@@ -528,4 +547,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// "3.5.30" as (3, 5, 30); a part that is not a number counts as 0.
+fn version_triple(version: &str) -> (u32, u32, u32) {
+    let mut parts = version.split('.').map(|p| p.parse().unwrap_or(0));
+    let mut next = || parts.next().unwrap_or(0);
+    (next(), next(), next())
 }

@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status};
 use super::cluster::Cluster;
 use super::errors::unimplemented;
 
-/// The version the model reports in Status. (Its auth follows etcd 3.5.30's rules, which the conformance suite
+/// The version the model reports in Status unless told to imitate another ([`Cluster::imitate`]). (Its auth follows etcd 3.5.30's rules, which the conformance suite
 /// compares it with: from 3.5.30, once auth is on, Status, Compact and Alarm changes are for the root role, and
 /// MemberList and an Alarm listing for any user.)
 pub const MODEL_VERSION: &str = "3.4.23";
@@ -110,7 +110,7 @@ impl Maintenance for MaintenanceService {
         let term = self.cluster.raft_term();
         Ok(Response::new(StatusResponse {
             header: Some(self.cluster.header(self.member, revision)),
-            version: MODEL_VERSION.to_string(),
+            version: self.cluster.version().to_string(),
             db_size: 20480,
             // 0 when this member knows no leader: none has a quorum, or it is cut off from the others.
             leader: if self.cluster.has_leader(self.member) {

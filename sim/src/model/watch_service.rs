@@ -63,6 +63,9 @@ impl Watch for WatchService {
     }
 }
 
+/// The first etcd version that answers no progress request on a stream without watchers.
+const PROGRESS_NEEDS_WATCHERS: (u32, u32, u32) = (3, 5, 8);
+
 struct Watcher {
     /// The range as the create request spelled it (the census counts by it).
     requested: WatchedRange,
@@ -157,6 +160,13 @@ impl Session {
                 Ok(())
             }
             Some(RequestUnion::ProgressRequest(_)) => {
+                // From 3.5.8 etcd answers a progress request only when every watcher of the stream is synced, and
+                // a stream without watchers not at all.
+                if self.watchers.is_empty()
+                    && self.cluster.imitates_at_least(PROGRESS_NEEDS_WATCHERS)
+                {
+                    return Ok(());
+                }
                 // Bring every watcher up to date first, so the progress revision promises nothing is pending.
                 self.deliver().await?;
                 self.send(WatchResponse {
