@@ -7,8 +7,8 @@
 //! the suite (`tests/conformance.rs`) compares the targets' transcripts and etcd's keys, checks `direct` against
 //! its insta snapshot, and prints the [`report`].
 //!
-//! - etcd comes from the workspace's `testkit`: 3.4.23, 3.5.1 and 3.5.30 as processes, 3.5.1 and 3.5.30 in
-//!   containers; so do etcdctl, the normaliser, the proxy's release binary and free ports.
+//! - etcd comes from the workspace's `testkit`: 3.4.23, 3.5.1, 3.5.30, 3.6.16 and 3.7.3 as processes, 3.5.1,
+//!   3.5.30 and 3.7.3 in containers (`TESTKIT_ETCD_VERSIONS` picks some); so do etcdctl, the normaliser, the proxy's release binary and free ports.
 //! - [`profile`]: the flag profiles the proxy runs under (`default`, `namespace`, `tls`, `chain`), and
 //!   [`profile::Setup`], which starts etcd and the proxy for a profile (TLS on both sides for `tls`, with the run's
 //!   certificates from [`tls`]; for `chain` a proxy in front of a proxy, as [`profile::Proxies`]);

@@ -1,7 +1,8 @@
 //! Progress requests through the proxy against real etcd, where etcd's own rules for answering them (from 3.5.8:
 //! only when every watcher of the stream is synced) meet the proxy's sharing of one upstream stream between
 //! clients: what one client's watcher does to that stream must not leave another client's request unanswered.
-//! They matter from etcd 3.5.8 (and 3.5.30 adds a rule), so CI runs them on 3.5.1 and 3.5.30 as well as on 3.4.23.
+//! They matter from etcd 3.5.8 (and 3.5.30 adds a rule), so CI runs them on 3.4.23, 3.5.30 and 3.6.16 as well as on
+//! the default, 3.7.3.
 
 mod support;
 

@@ -24,7 +24,7 @@ pub mod watch;
 
 use testkit::{Binaries, EtcdCluster};
 
-/// The etcd binaries of the version these tests run against (`TESTKIT_ETCD_VERSION`, default 3.4.23), or `None` when
+/// The etcd binaries of the version these tests run against (`TESTKIT_ETCD_VERSION`, default the newest, 3.7.3), or `None` when
 /// they are not installed here (under `CI=true` that panics instead): then the test returns early, a skip.
 /// `let Some(etcd) = support::etcd() else { return };`
 pub fn etcd() -> Option<Binaries> {
