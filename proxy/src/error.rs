@@ -77,10 +77,23 @@ pub fn to_client(status: Status) -> Status {
     status
 }
 
+/// etcd's refusal, by a learner, of every call but Status and serializable Range (`ErrGRPCNotSupportedForLearner`):
+/// Unavailable up to etcd 3.5, FailedPrecondition from 3.6.
+pub const NOT_FOR_LEARNER: &str = "etcdserver: rpc not supported for learner";
+
+/// Whether etcd refused the call because the member is a learner (in the words of any etcd version).
+pub fn is_learner_refusal(status: &Status) -> bool {
+    matches!(status.code(), Code::FailedPrecondition | Code::Unavailable)
+        && status.message() == NOT_FOR_LEARNER
+}
+
 /// Whether this failure says the endpoint cannot serve (so the proxy should move to another one).
 pub fn is_endpoint_failure(status: &Status) -> bool {
     match status.code() {
         Code::Unavailable => true,
+        // A learner serves no write and no linearizable read, whoever asks: another member will. etcd 3.5 said so
+        // with Unavailable; from 3.6 the code alone no longer tells.
+        Code::FailedPrecondition => is_learner_refusal(status),
         // Statuses built by tonic from a broken connection carry their cause; statuses sent by etcd do not.
         Code::Unknown | Code::Internal | Code::Cancelled => {
             status.source().is_some_and(|s| !is_deadline(s))
@@ -199,6 +212,36 @@ mod tests {
         assert!(is_endpoint_failure(&Status::unavailable(
             "etcdserver: no leader"
         )));
+    }
+
+    #[test]
+    fn a_learners_refusal_is_an_endpoint_failure_in_every_versions_words() {
+        let from_3_6 = Status::failed_precondition(NOT_FOR_LEARNER);
+        let up_to_3_5 = Status::unavailable(NOT_FOR_LEARNER);
+        for refusal in [&from_3_6, &up_to_3_5] {
+            assert!(is_learner_refusal(refusal), "{refusal:?}");
+            assert!(is_endpoint_failure(refusal), "{refusal:?}");
+        }
+        // etcd's other FailedPrecondition answers (to MemberPromote, to a feature the cluster lacks) are its answer
+        // to the call, whichever member is asked.
+        for other in [
+            "etcdserver: can only promote a learner member",
+            "etcdserver: can only promote a learner member which is in sync with leader",
+            "etcdserver: not capable",
+        ] {
+            let status = Status::failed_precondition(other);
+            assert!(!is_learner_refusal(&status), "{other}");
+            assert!(!is_endpoint_failure(&status), "{other}");
+        }
+        assert!(!is_learner_refusal(&Status::invalid_argument(
+            NOT_FOR_LEARNER
+        )));
+        // The client of a call not repeated (a write) gets etcd's answer unchanged.
+        let seen = to_client(from_3_6);
+        assert_eq!(
+            (seen.code(), seen.message()),
+            (Code::FailedPrecondition, NOT_FOR_LEARNER)
+        );
     }
 
     #[test]

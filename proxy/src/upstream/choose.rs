@@ -1,7 +1,9 @@
 //! Choosing the endpoint that replaces the active one: every candidate is asked for its Status at once, and the
 //! first that answers with a leader wins. A member that answers without a leader (cut off from the majority, or
 //! during an election) serves nothing that needs one, and a member that does not answer may be hung: picking at
-//! random among members "believed up" lands on such members, and each costs clients another failover.
+//! random among members "believed up" lands on such members, and each costs clients another failover. A learner
+//! answers Status with its leader but refuses writes and linearizable reads: it is no better than a member without
+//! a leader, a last resort.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,9 @@ pub enum Health {
     Leader,
     /// It answered, without a leader.
     NoLeader,
+    /// It answered, as a learner: it serves no write and no linearizable read (etcd refuses them there), whether or
+    /// not it knows a leader.
+    Learner,
     /// It did not answer in time, or its connection failed.
     Silent,
 }
@@ -47,6 +52,7 @@ impl Upstream {
             self.returned_revision(header.revision);
         }
         match answer {
+            Ok(Ok(status)) if status.get_ref().is_learner => Health::Learner,
             Ok(Ok(status)) if status.get_ref().leader == 0 => Health::NoLeader,
             Ok(Ok(_)) => Health::Leader,
             Ok(Err(refused)) if error::is_auth_refusal(&refused) => {
@@ -59,8 +65,8 @@ impl Upstream {
     /// Whether endpoint `index` has a leader, asked without Status: with auth on, etcd 3.5.30 (and later) answers
     /// Status only to the root role. A linearizable Range that requires a leader (`hasleader`) is refused at once
     /// with "no leader" by a member that knows none; a member with a leader confirms it (a ReadIndex) and only then
-    /// checks the caller: the probe carries no token, so it is refused there, having said what was asked. It asks
-    /// for the count of one key and reads nothing either way.
+    /// checks the caller: the probe carries no token, so it is refused there, having said what was asked. A learner
+    /// refuses it as a learner before either. It asks for the count of one key and reads nothing either way.
     async fn leader_probe(&self, index: usize, deadline: Instant) -> Health {
         let probe = RangeRequest {
             key: vec![0],
@@ -75,6 +81,7 @@ impl Upstream {
         let mut client = KvClient::new(self.members.get(index).channel());
         match tokio::time::timeout_at(deadline, client.range(request)).await {
             Ok(Err(refused)) if refused.message() == NO_LEADER => Health::NoLeader,
+            Ok(Err(refused)) if error::is_learner_refusal(&refused) => Health::Learner,
             Ok(Ok(_)) => Health::Leader,
             Ok(Err(refused)) if error::is_auth_refusal(&refused) => Health::Leader,
             Ok(Err(_)) | Err(_) => Health::Silent,
@@ -120,22 +127,27 @@ impl Upstream {
         self.move_to(from, next);
     }
 
-    /// Asks the `candidates` at once. Returns the first to answer with a leader (as soon as it does), and the first
-    /// that answered at all.
+    /// Asks the `candidates` at once. Returns the first voting member to answer with a leader (as soon as it does),
+    /// and the best that answered at all: a voting member without a leader (it serves again once an election ends,
+    /// with no further move), else a learner (it never will: the heartbeat moves on from it once a voting member
+    /// with a leader answers).
     async fn ask(&self, candidates: impl Iterator<Item = usize>) -> (Option<usize>, Option<usize>) {
         let mut asked: FuturesUnordered<_> = candidates
             .map(|index| async move { (index, self.member_status(index, CHOOSE_WAIT).await) })
             .collect();
-        let mut answered = None;
+        let (mut voter, mut learner) = (None, None);
         while let Some((index, health)) = asked.next().await {
             match health {
                 Health::Leader => return (Some(index), Some(index)),
                 Health::NoLeader => {
-                    answered.get_or_insert(index);
+                    voter.get_or_insert(index);
+                }
+                Health::Learner => {
+                    learner.get_or_insert(index);
                 }
                 Health::Silent => {}
             }
         }
-        (None, answered)
+        (None, voter.or(learner))
     }
 }

@@ -4,7 +4,8 @@
 //! hung member looks like a slow read, and a deadline a client set expires the same way on a healthy member.
 //!
 //! An answer later than a bound learnt from the members' usual Status times (see [`super::latency`]) marks the
-//! member hung. An answer without a leader moves the proxy to a member that has one, if any does.
+//! member hung. An answer without a leader, or from a learner (the active endpoint when nothing better answered),
+//! moves the proxy to a voting member with a leader, if any answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +46,7 @@ impl Upstream {
             let asked = Instant::now();
             match self.member_status(pick.index, bound).await {
                 Health::Leader => self.status_latency.observe(asked.elapsed()),
-                Health::NoLeader => {
+                Health::NoLeader | Health::Learner => {
                     self.status_latency.observe(asked.elapsed());
                     self.seek_leader(&pick);
                 }

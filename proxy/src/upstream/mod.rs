@@ -3,7 +3,7 @@
 //!
 //! One endpoint is active at a time (chosen at random from the seeded RNG at start). It serves every request until
 //! it is found unable to serve: a call on it fails in a way that says so, or the heartbeat finds it hung or without
-//! a leader. Its replacement is the first member to answer Status with a leader; a probe task brings the failed
+//! a leader. Its replacement is the first voting member to answer Status with a leader; a probe task brings the failed
 //! one back when it answers again. Reads that wait longer than usual are sent to a second member as well.
 //!
 //! - [`call`]: unary and server-stream calls with the retry policy and hedged reads.
@@ -442,8 +442,9 @@ impl Upstream {
         Some(candidates[rng.random_range(0..candidates.len())])
     }
 
-    /// Asks a failed endpoint for its status with growing pauses until it answers with a leader, then marks it
-    /// up again.
+    /// Asks a failed endpoint for its status with growing pauses until it answers with a leader as a voting member,
+    /// then marks it up again. A learner (found out by its refusals) stays down until it is promoted: marked up, it
+    /// would be hedged reads' second member, and refuse the linearizable ones.
     async fn probe(self: Arc<Self>, index: usize) {
         let member = self.members.get(index);
         let mut backoff = PROBE_BACKOFF_START;

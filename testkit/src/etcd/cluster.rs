@@ -278,12 +278,34 @@ impl EtcdCluster {
         self.kill(i);
         // Removing the leader starts an election: add the new member once `via` has a leader again.
         self.wait_healthy(via).await?;
+        self.join(Some(i), via, Role::Voter).await?;
+        self.wait_healthy(i).await
+    }
+
+    /// Adds a learner (a non-voting member: etcd refuses it writes and linearizable reads) through member `via`,
+    /// on new ports with an empty data directory, starts it (`--initial-cluster-state=existing`) and waits until
+    /// it answers Status as a learner with a leader. Returns its index, after the members so far.
+    pub async fn add_learner(&mut self, via: usize) -> Result<usize, String> {
+        let i = self.join(None, via, Role::Learner).await?;
+        self.wait_learner(i).await?;
+        Ok(i)
+    }
+
+    /// Adds a member through member `via` and starts it, in slot `slot` (replacing what was there) or in a new
+    /// one. Returns its slot. Does not wait for it.
+    async fn join(&mut self, slot: Option<usize>, via: usize, role: Role) -> Result<usize, String> {
+        let ctl = self.etcdctl(via);
+        let i = slot.unwrap_or(self.members.len());
         let generation = CLUSTER_SEQ.fetch_add(1, Ordering::SeqCst);
         let new_name = format!("m{i}-{generation}");
         let peer_port = free_port();
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let peer_urls = format!("--peer-urls={peer_url}");
-        if let Err(refused) = reconfigure(&ctl, &["member", "add", &new_name, &peer_urls]).await {
+        let mut add = vec!["member", "add", &new_name, &peer_urls];
+        if role == Role::Learner {
+            add.push("--learner");
+        }
+        if let Err(refused) = reconfigure(&ctl, &add).await {
             // "request timed out" leaves the outcome unknown: the member list tells.
             let listed = ctl.run(&["member", "list"], None).await;
             if !listed.stdout.contains(&peer_url) {
@@ -306,7 +328,7 @@ impl EtcdCluster {
             })
             .collect::<Vec<_>>()
             .join(",");
-        self.members[i] = Member {
+        let member = Member {
             name: new_name.clone(),
             client_port: free_port(),
             peer_port,
@@ -315,8 +337,31 @@ impl EtcdCluster {
             process: None,
             joined: Some(joined),
         };
+        match slot {
+            Some(i) => self.members[i] = member,
+            None => self.members.push(member),
+        }
         self.spawn(i)?;
-        self.wait_healthy(i).await
+        Ok(i)
+    }
+
+    /// Waits (with a deadline) until member `i` has a leader (`GET /health`: a learner passes it, seen on 3.5.30
+    /// and 3.7.3, though its `/readyz` fails "non_learner") and its Status says it is a learner (`isLearner` in
+    /// etcdctl's JSON).
+    async fn wait_learner(&mut self, i: usize) -> Result<(), String> {
+        self.wait_healthy(i).await?;
+        let ctl = &self.etcdctl(i);
+        crate::wait::try_wait_for(READY_TIMEOUT, || async move {
+            let status = ctl.run(&["endpoint", "status", "-w", "json"], None).await;
+            if status.success() && status.stdout.contains("\"isLearner\":true") {
+                Ok(())
+            } else {
+                Err(format!(
+                    "member {i} is not a learner with a leader yet: {status}"
+                ))
+            }
+        })
+        .await
     }
 
     /// The last `n` lines of member `i`'s log.
@@ -349,6 +394,13 @@ impl Drop for EtcdCluster {
         }
         // The data directories and logs go with the TempDir field.
     }
+}
+
+/// How a member joins a running cluster.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Voter,
+    Learner,
 }
 
 /// How long a membership change may be refused for an "unhealthy cluster" before it is given up.
