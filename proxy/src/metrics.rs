@@ -128,7 +128,7 @@ impl Metrics {
         let serializable_reads_reasked = IntCounter::new(
             "etcd_grpc_proxy_serializable_reads_reasked_total",
             "Serializable reads asked again linearizably because their member's answer was older than a revision \
-             the proxy had already returned.",
+             the proxy had already returned, or came before the proxy had learnt any revision etcd committed.",
         )?;
         let lease_client_streams = IntGauge::new(
             "etcd_grpc_proxy_lease_keepalive_client_streams",

@@ -60,11 +60,13 @@ impl Upstream {
         if let (Some(floor), Some((forwarded, message))) = (&self.revision_floor, forwarded)
             && floor.judge(path.path(), &message, &response) == ordering::Verdict::Reask
         {
-            // A lagging member's answer: etcd's linearizable read is at least as new as any it returned.
+            // A lagging member's answer (or one the floor could not judge yet): etcd's linearizable read is at least
+            // as new as any it returned, and teaches the floor a committed revision.
             self.metrics.serializable_reads_reasked.inc();
-            let again = forwarded.request(ordering::linearizable(&message));
+            let linearizable = ordering::linearizable(&message);
+            let again = forwarded.request(linearizable.clone());
             let response = self.unary_unordered(retry, &path, again).await?;
-            floor.judge(path.path(), &message, &response);
+            floor.judge(path.path(), &linearizable, &response);
             return Ok(Response::new(response));
         }
         Ok(Response::new(response))

@@ -46,10 +46,14 @@ impl Upstream {
         if let Ok(Ok(status)) = &answer
             && let Some(header) = &status.get_ref().header
         {
-            // The member's revision is one etcd committed: a serializable answer older than it comes from a
-            // member that lags, and must not be passed on (`ordering`). This is how a proxy that just started
-            // (which has returned nothing yet) learns where its clients may already be.
-            self.returned_revision(header.revision);
+            // A member with a leader reports a revision etcd committed: a serializable answer older than it comes
+            // from a member that lags, and must not be passed on (`ordering`). This is how a proxy that just
+            // started (which has returned nothing yet) learns where its clients may already be. A member without
+            // a leader may itself lag: its revision raises the floor but teaches it nothing committed.
+            match status.get_ref().leader {
+                0 => self.returned_revision(header.revision),
+                _ => self.learnt_revision(header.revision),
+            }
         }
         match answer {
             Ok(Ok(status)) if status.get_ref().is_learner => Health::Learner,

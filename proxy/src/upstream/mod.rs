@@ -223,6 +223,14 @@ impl Upstream {
         }
     }
 
+    /// Records a revision etcd committed, learnt without a client's call (a Status with a leader): serializable
+    /// reads do not go back from it, and from now on the floor can judge them (`ordering`).
+    pub fn learnt_revision(&self, revision: i64) {
+        if let Some(floor) = &self.revision_floor {
+            floor.learn(revision);
+        }
+    }
+
     /// Whether `pick` is no longer the active endpoint.
     pub fn moved_from(&self, pick: &Active) -> bool {
         self.active.borrow().index != pick.index

@@ -7,9 +7,15 @@
 //! passed on: the read is asked again as a linearizable one, which etcd answers at a revision at least as new as
 //! every revision it ever returned. Only lagging answers cost that second read.
 //!
+//! The floor means something only once it holds a revision etcd committed: a linearizable answer, a write's, or
+//! the Status of a member with a leader. A proxy that has just started has returned nothing, but its clients may
+//! have read through its previous run; if it could learn no committed revision (under auth, etcd 3.5.30 refuses a
+//! tokenless Status; or no member had a leader), a serializable answer cannot be told from a lagging member's
+//! (an isolated member's, say), so it too is asked again linearizably, until one such revision is learnt.
+//!
 //! etcd's Go proxy takes the flag but applies it to nothing it forwards (`go-grpc-proxy.md` §11.2).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -33,6 +39,8 @@ const KV_METHODS: [&str; 4] = [
 #[derive(Debug, Default)]
 pub struct RevisionFloor {
     highest: AtomicI64,
+    /// A revision etcd committed has been learnt: `highest` is at least as new as it.
+    committed: AtomicBool,
 }
 
 /// What to do with a KV answer.
@@ -40,7 +48,8 @@ pub struct RevisionFloor {
 pub enum Verdict {
     /// Pass it on.
     Pass,
-    /// A serializable read answered from an older revision than one already returned: ask again, linearizably.
+    /// A serializable read answered from an older revision than one already returned, or before any committed
+    /// revision was learnt: ask again, linearizably.
     Reask,
 }
 
@@ -55,6 +64,12 @@ impl RevisionFloor {
         self.highest.fetch_max(revision, Ordering::AcqRel);
     }
 
+    /// Records a revision etcd committed (the Status of a member with a leader): from now on the floor judges.
+    pub fn learn(&self, revision: i64) {
+        self.raise(revision);
+        self.committed.store(true, Ordering::Release);
+    }
+
     /// Judges etcd's `answer` to `request` on the method at `path`, and raises the floor to its revision.
     pub fn judge(&self, path: &str, request: &[u8], answer: &[u8]) -> Verdict {
         if !KV_METHODS.contains(&path) {
@@ -63,9 +78,17 @@ impl RevisionFloor {
         let Some(revision) = header_revision(answer) else {
             return Verdict::Pass;
         };
+        let serializable_read = path == KV_METHODS[0] && is_serializable(request);
+        // A linearizable read, a Put and a DeleteRange are answered at a revision etcd committed (a Txn may be a
+        // read-only one etcd answers from the member's own copy).
+        if !serializable_read && path != KV_METHODS[3] {
+            self.learn(revision);
+            return Verdict::Pass;
+        }
         let before = self.highest.fetch_max(revision, Ordering::AcqRel);
-        let lagging = revision < before;
-        if lagging && path == KV_METHODS[0] && is_serializable(request) {
+        let judged = self.committed.load(Ordering::Acquire);
+        let lagging = revision < before || !judged;
+        if lagging && serializable_read {
             Verdict::Reask
         } else {
             Verdict::Pass
@@ -142,6 +165,7 @@ mod tests {
     #[test]
     fn an_older_serializable_answer_is_asked_again() {
         let floor = RevisionFloor::default();
+        floor.learn(1);
         assert_eq!(
             floor.judge(RANGE, &range(true), &range_answer(10)),
             Verdict::Pass
@@ -187,6 +211,7 @@ mod tests {
     #[test]
     fn other_methods_and_unreadable_answers_change_nothing() {
         let floor = RevisionFloor::default();
+        floor.learn(1);
         floor.judge(RANGE, &range(true), &range_answer(50));
         let status = range_answer(1);
         assert_eq!(
@@ -197,6 +222,78 @@ mod tests {
         assert_eq!(
             floor.judge(RANGE, &range(true), &range_answer(49)),
             Verdict::Reask
+        );
+    }
+
+    /// Issue 38 (sim `auth` seed 8343): the proxy restarted while no member had a leader (one crashed, one cut
+    /// off), and under auth every member refused its tokenless Status, so the new run learnt no revision; the cut-off
+    /// member's serializable answer at revision 21 passed a floor of nothing, after the reader had read 26.
+    #[test]
+    fn a_fresh_floor_asks_serializable_answers_again_until_it_learns_a_committed_revision() {
+        let floor = RevisionFloor::default();
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(21)),
+            Verdict::Reask,
+            "nothing committed is known: a member cut off from the majority may have answered"
+        );
+        // A serializable answer teaches nothing committed, however new it looks.
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(30)),
+            Verdict::Reask
+        );
+        // Neither does a Txn (a read-only one is answered from the member's own copy) ...
+        let txn = range_answer(31);
+        assert_eq!(
+            floor.judge("/etcdserverpb.KV/Txn", b"", &txn),
+            Verdict::Pass
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(31)),
+            Verdict::Reask
+        );
+        // ... nor the Status of a member without a leader (`raise`).
+        floor.raise(32);
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(32)),
+            Verdict::Reask
+        );
+        // The linearizable read asked again is answered at a committed revision: from now on the floor judges.
+        assert_eq!(
+            floor.judge(RANGE, &range(false), &range_answer(33)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(33)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            floor.judge(RANGE, &range(true), &range_answer(32)),
+            Verdict::Reask
+        );
+    }
+
+    #[test]
+    fn a_status_with_a_leader_or_a_write_teaches_the_floor_a_committed_revision() {
+        let learnt = RevisionFloor::default();
+        learnt.learn(26);
+        assert_eq!(
+            learnt.judge(RANGE, &range(true), &range_answer(26)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            learnt.judge(RANGE, &range(true), &range_answer(21)),
+            Verdict::Reask
+        );
+        let written = RevisionFloor::default();
+        let put = PutResponse {
+            header: header(26),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(written.judge(PUT, b"", &put), Verdict::Pass);
+        assert_eq!(
+            written.judge(RANGE, &range(true), &range_answer(27)),
+            Verdict::Pass
         );
     }
 
