@@ -145,6 +145,7 @@ fn client_stream(
     let outbound = Outbound {
         items: answers_rx,
         abort: abort_rx,
+        finish: None,
         shutdown,
     };
     let gauge = OnDrop(move || metrics.lease_client_streams.dec());

@@ -1,5 +1,6 @@
 //! The response side of a client stream fed by a proxy task (a watch hub, the keep-alive coalescer): items in
-//! order, an out-of-band status that ends the stream (a slow consumer, a bad request), and the proxy's shutdown.
+//! order, an out-of-band status that ends the stream (a bad request), a status that ends it after the items sent
+//! before it (a slow consumer), and the proxy's shutdown.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +18,9 @@ pub struct Outbound<T> {
     pub items: mpsc::Receiver<T>,
     /// A status that ends the stream at once.
     pub abort: mpsc::Receiver<Status>,
+    /// A status that ends the stream once every item went out: it is sent before the item senders are dropped, so
+    /// it is read when `items` reports its end. Without one (or nothing sent on it), that end is clean.
+    pub finish: Option<mpsc::Receiver<Status>>,
     /// Becomes true when the proxy shuts down: the stream ends with Unavailable so the client reconnects.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -37,6 +41,7 @@ impl<T: Send + 'static> Outbound<T> {
         Box::pin(OutboundStream {
             items: self.items,
             abort: self.abort,
+            finish: self.finish,
             // Made once per stream: a watch stream can carry hundreds of thousands of items, and building the
             // shutdown wait anew for each (as a `select!` per item would) showed up in profiles.
             shutdown: Box::pin(async move { super::shutting_down(&mut shutdown).await }),
@@ -47,10 +52,12 @@ impl<T: Send + 'static> Outbound<T> {
     }
 }
 
-/// See [`Outbound::into_stream`]. Checks, in this order: an abort, the proxy's shutdown, the next item.
+/// See [`Outbound::into_stream`]. Checks, in this order: an abort, the proxy's shutdown, the next item (and after the
+/// last one, the finishing status).
 struct OutboundStream<T, F, E> {
     items: mpsc::Receiver<T>,
     abort: mpsc::Receiver<Status>,
+    finish: Option<mpsc::Receiver<Status>>,
     shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
     into_response: F,
     _on_end: E,
@@ -76,10 +83,13 @@ where
         } else {
             match this.items.poll_recv(cx) {
                 Poll::Ready(Some(item)) => (this.into_response)(item),
-                // Every sender is gone: a clean end.
+                // Every sender is gone: the finishing status if one was sent, else a clean end.
                 Poll::Ready(None) => {
                     this.done = true;
-                    return Poll::Ready(None);
+                    return match this.finish.as_mut().map(mpsc::Receiver::try_recv) {
+                        Some(Ok(status)) => Poll::Ready(Some(Err(status))),
+                        _ => Poll::Ready(None),
+                    };
                 }
                 Poll::Pending => return Poll::Pending,
             }
@@ -121,6 +131,7 @@ mod tests {
             Outbound {
                 items,
                 abort,
+                finish: None,
                 shutdown,
             },
         )
@@ -144,6 +155,30 @@ mod tests {
             dropped.load(Ordering::SeqCst),
             "on_end runs when the stream is dropped"
         );
+    }
+
+    #[tokio::test]
+    async fn a_finishing_status_ends_the_stream_after_the_items_sent_before_it() {
+        let (items, abort, _shutdown, mut outbound) = channels();
+        let (finish, finish_rx) = mpsc::channel(1);
+        outbound.finish = Some(finish_rx);
+        let mut stream = outbound.into_stream(Ok, ());
+        items.send(1).await.unwrap();
+        items.send(2).await.unwrap();
+        finish
+            .send(Status::resource_exhausted("full"))
+            .await
+            .unwrap();
+        drop(items);
+        assert_eq!(stream.next().await.unwrap().unwrap(), 1);
+        assert_eq!(stream.next().await.unwrap().unwrap(), 2);
+        assert_eq!(
+            stream.next().await.unwrap().unwrap_err().code(),
+            tonic::Code::ResourceExhausted,
+            "the status comes after the items"
+        );
+        assert!(stream.next().await.is_none());
+        drop(abort);
     }
 
     #[tokio::test]

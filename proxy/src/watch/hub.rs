@@ -38,10 +38,17 @@ pub const DUPLICATE_WATCH_ID: &str = "mvcc: duplicate watch ID provided on the W
 /// etcd's reply to a create whose range is empty.
 pub const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 
-/// The sending side of one client stream: answers in order, and an out-of-band channel to end it with a status.
+/// The sending side of one client stream: answers in order, an out-of-band channel to end it with a status at once,
+/// and one to end it with a status after the answers already queued.
 pub struct StreamSink {
     pub responses: mpsc::Sender<WatchResponse>,
     pub abort: mpsc::Sender<Status>,
+    /// Why the stream ends once its client has read every answer queued before: the hub sends it, then drops
+    /// `responses`. A stream whose buffer filled ends this way: a client that reads, but whose catch-up after
+    /// re-creating its watchers is larger than the buffer (a proxy in front of this one, after a failover), keeps
+    /// the answers it was sent and re-creates its watchers from further on each time. Ended at once, it lost them
+    /// and re-created every watcher from where it had been, into the same overflow, for good.
+    pub finish: mpsc::Sender<Status>,
     pub requires_leader: bool,
 }
 
@@ -1314,10 +1321,11 @@ impl Hub {
         }
     }
 
-    /// Ends a client stream with ResourceExhausted and `why`: it would hold more than its buffer allows.
+    /// Ends a client stream with ResourceExhausted and `why`: it would hold more than its buffer allows. What its
+    /// buffer holds still reaches the client, before the status (see [`StreamSink::finish`]); nothing more is queued.
     fn end_stream(&mut self, stream_id: StreamId, why: String) {
         if let Some(stream) = self.streams.get(&stream_id) {
-            let _ = stream.sink.abort.try_send(Status::resource_exhausted(why));
+            let _ = stream.sink.finish.try_send(Status::resource_exhausted(why));
         }
         self.close_stream(stream_id);
     }

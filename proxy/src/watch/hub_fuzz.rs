@@ -869,6 +869,7 @@ impl World {
             id,
             StreamSink {
                 responses,
+                finish: abort.clone(),
                 abort,
                 requires_leader: false,
             },

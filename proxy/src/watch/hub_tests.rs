@@ -10,17 +10,20 @@ struct Client {
     id: StreamId,
     responses: mpsc::Receiver<WatchResponse>,
     abort: mpsc::Receiver<Status>,
+    finish: mpsc::Receiver<Status>,
 }
 
 impl Client {
     fn open(hub: &mut Hub, id: StreamId, buffer: usize) -> Self {
         let (responses, responses_rx) = mpsc::channel(buffer);
         let (abort, abort_rx) = mpsc::channel(1);
+        let (finish, finish_rx) = mpsc::channel(1);
         hub.open_stream(
             id,
             StreamSink {
                 responses,
                 abort,
+                finish,
                 requires_leader: false,
             },
         );
@@ -28,6 +31,7 @@ impl Client {
             id,
             responses: responses_rx,
             abort: abort_rx,
+            finish: finish_rx,
         }
     }
 
@@ -407,7 +411,7 @@ fn a_slow_consumer_loses_only_its_own_stream() {
     sent(&mut hub);
     hub.upstream_response(created(1, 1));
     hub.upstream_response(put(1, "k", 2));
-    let status = slow.abort.try_recv().expect("the slow stream is ended");
+    let status = slow.finish.try_recv().expect("the slow stream is ended");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted);
     assert!(status.message().contains("--watch-buffer-size"));
     assert_eq!(
@@ -416,6 +420,43 @@ fn a_slow_consumer_loses_only_its_own_stream() {
     );
     hub.upstream_response(put(1, "k", 3));
     assert_eq!(summary(&fast.received()), vec![(0, false, false, vec![3])]);
+}
+
+#[test]
+fn a_stream_ended_for_a_full_buffer_still_gets_what_the_buffer_held_then_the_status() {
+    // A proxy in front of this one re-creates its watchers after a failover from the revisions it had reached: the
+    // catch-up can fill the buffer before the client had a turn to read. Aborted at once, the stream lost the answers
+    // queued for it, so the client re-created from the same revisions into the same overflow on every re-open
+    // (fleet seed 16408). The answers queued go out first: the client gets further each time.
+    let mut hub = hub();
+    let mut client = Client::open(&mut hub, 1, 2);
+    hub.create(client.id, watch("k", 5));
+    sent(&mut hub);
+    hub.upstream_response(created(1, 9));
+    hub.upstream_response(put(1, "k", 5));
+    hub.upstream_response(put(1, "k", 6));
+    assert!(
+        client.abort.try_recv().is_err(),
+        "a full buffer does not end the stream at once, ahead of the answers it holds"
+    );
+    let why = client
+        .finish
+        .try_recv()
+        .expect("the stream ends after what it holds");
+    assert_eq!(why.code(), tonic::Code::ResourceExhausted);
+    assert!(why.message().contains("--watch-buffer-size"), "{why:?}");
+    assert_eq!(
+        summary(&client.received()),
+        vec![(0, true, false, vec![]), (0, false, false, vec![5])],
+        "the Created answer and the first event, which fit in the buffer, reach the client"
+    );
+    assert_eq!(
+        client.responses.try_recv().unwrap_err(),
+        mpsc::error::TryRecvError::Disconnected,
+        "nothing is queued after the end: the stream is gone from the hub"
+    );
+    hub.upstream_response(put(1, "k", 7));
+    assert!(client.responses.try_recv().is_err());
 }
 
 #[test]
@@ -938,9 +979,12 @@ fn responses_held_behind_an_unanswered_create_are_bounded_by_the_stream_buffer()
     }
     // The announced watcher took its 3 events; the waiting one holds its Created answer and 3 events: the limit.
     assert_eq!(a.received().len(), 3);
-    assert!(a.abort.try_recv().is_err(), "at the limit the stream lives");
+    assert!(
+        a.finish.try_recv().is_err(),
+        "at the limit the stream lives"
+    );
     hub.upstream_response(put(1, "k", 14));
-    let why = a.abort.try_recv().expect("past the limit the stream ends");
+    let why = a.finish.try_recv().expect("past the limit the stream ends");
     assert_eq!(why.code(), tonic::Code::ResourceExhausted);
     assert!(why.message().contains("--watch-buffer-size"), "{why:?}");
 }
@@ -1021,6 +1065,7 @@ fn the_running_count_of_held_responses_is_the_true_count_after_every_step() {
         check(&hub, &format!("the answer to {create}"));
     }
     assert!(a.abort.try_recv().is_err() && b.abort.try_recv().is_err());
+    assert!(a.finish.try_recv().is_err() && b.finish.try_recv().is_err());
     assert!(a.received().len() > 60 * 5 && b.received().len() > 60 * 5);
     hub.upstream_response(put(1, "k", 16));
     check(&hub, "an event after the answers");

@@ -137,8 +137,10 @@ impl WatchService {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (responses, responses_rx) = mpsc::channel(buffer.max(1));
         let (abort, abort_rx) = mpsc::channel(1);
+        // The range cache reads `aborted` alone: a stream the hub finishes ends there at once, as one it aborts.
         let sink = StreamSink {
             responses,
+            finish: abort.clone(),
             abort,
             requires_leader: false,
         };
@@ -213,9 +215,11 @@ impl WatchService {
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (responses, responses_rx) = mpsc::channel(self.buffer);
         let (abort, abort_rx) = mpsc::channel(1);
+        let (finish, finish_rx) = mpsc::channel(1);
         let sink = StreamSink {
             responses,
             abort: abort.clone(),
+            finish,
             requires_leader: forwarded.requires_leader(),
         };
         let commands = self.open(token, stream, sink);
@@ -241,6 +245,7 @@ impl WatchService {
         let outbound = Outbound {
             items: responses_rx,
             abort: abort_rx,
+            finish: Some(finish_rx),
             shutdown: self.upstream.shutdown_signal(),
         };
         // When the client is gone, its watchers go too.
