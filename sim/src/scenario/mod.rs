@@ -173,12 +173,18 @@ impl Report {
             self.scenario.name(),
             self.seed,
             self.seed,
-            self.scenario.name(),
+            test_filter(self.scenario),
             self.digest,
             self.violations.join("\n    "),
             self.trace_tail.join("\n    ")
         )
     }
+}
+
+/// The name filter of `scenario`'s test functions (`watch_scale_scenario_...` for `watch-scale`): the scenario's name
+/// alone would match no test of a scenario whose name has a hyphen.
+fn test_filter(scenario: Scenario) -> String {
+    format!("{}_scenario", scenario.name().replace('-', "_"))
 }
 
 /// Phases of a run, in virtual time.
@@ -604,5 +610,21 @@ fn build_lease(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng) {
             leases::lease_client(spec, channel, dialer, None, logs, trace).await;
             Ok(())
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The printed command runs the failing scenario's test: its filter is the start of that test's name
+    /// (`sim/tests/scenarios.rs`, `sim/tests/tls.rs`).
+    #[test]
+    fn the_printed_filter_is_the_start_of_the_scenarios_test_name() {
+        assert_eq!(test_filter(Scenario::WatchScale), "watch_scale_scenario");
+        assert_eq!(test_filter(Scenario::Watch), "watch_scenario");
+        for scenario in Scenario::ALL {
+            assert!(!test_filter(scenario).contains('-'), "{scenario:?}");
+        }
     }
 }
