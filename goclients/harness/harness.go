@@ -211,4 +211,3 @@ func (e *Env) ask(t testing.TB, method, path, body string) string {
 	}
 	return strings.TrimSpace(string(text))
 }
-
