@@ -58,14 +58,12 @@ func TestResolverFollowsProxies(t *testing.T) {
 	}
 	conn, err := grpc.NewClient("etcd:///"+prefix, grpc.WithResolvers(b),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingPolicy":"round_robin"}`))
+		grpc.WithDefaultServiceConfig(serviceConfig))
 	if err != nil {
 		t.Fatalf("dial etcd:///%s: %v", prefix, err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	// clientv3's retrying interceptor is not on this connection: each call waits for a ready subchannel instead
-	// (a killed proxy's is not ready).
-	kv := clientv3.NewKVFromKVClient(waitReadyKV{pb.NewKVClient(conn)}, nil)
+	kv := clientv3.NewKVFromKVClient(pb.NewKVClient(conn), nil)
 	key := env.Prefix(t) + "k"
 
 	// put does n puts through the resolved connection.
@@ -114,16 +112,23 @@ func TestResolverFollowsProxies(t *testing.T) {
 	_ = w.Close()
 }
 
-// waitReadyKV makes each call wait for a ready subchannel (grpc.WaitForReady), as clientv3's own client does.
-type waitReadyKV struct{ pb.KVClient }
-
-func (k waitReadyKV) Range(ctx context.Context, in *pb.RangeRequest, opts ...grpc.CallOption) (*pb.RangeResponse, error) {
-	return k.KVClient.Range(ctx, in, append(opts, grpc.WaitForReady(true))...)
-}
-
-func (k waitReadyKV) Put(ctx context.Context, in *pb.PutRequest, opts ...grpc.CallOption) (*pb.PutResponse, error) {
-	return k.KVClient.Put(ctx, in, append(opts, grpc.WaitForReady(true))...)
-}
+// serviceConfig balances calls over every resolved proxy; clientv3's retrying interceptor is not on this
+// connection, so a call waits for a ready subchannel (a killed proxy's is not) and one that fails Unavailable (sent
+// to a proxy as it was killed) is retried, as a gRPC client of a fleet is set up.
+const serviceConfig = `{
+	"loadBalancingPolicy": "round_robin",
+	"methodConfig": [{
+		"name": [{"service": "etcdserverpb.KV"}, {"service": "etcdserverpb.Watch"}],
+		"waitForReady": true,
+		"retryPolicy": {
+			"maxAttempts": 5,
+			"initialBackoff": "0.1s",
+			"maxBackoff": "1s",
+			"backoffMultiplier": 2,
+			"retryableStatusCodes": ["UNAVAILABLE"]
+		}
+	}]
+}`
 
 // memberURLs are the client URLs MemberList lists through c.
 func memberURLs(t testing.TB, c *clientv3.Client) []string {
