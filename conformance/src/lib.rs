@@ -25,6 +25,7 @@
 //! etcd, the proxy (under every profile) and the model transcript by transcript, on every etcd version as a process.
 
 pub mod differences;
+pub mod go_clients;
 pub mod profile;
 pub mod report;
 pub mod runner;
