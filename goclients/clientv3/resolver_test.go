@@ -205,8 +205,15 @@ func TestSyncKeepsProxies(t *testing.T) {
 	})
 	key := env.Prefix(t) + "auto"
 	p1.Kill(t)
-	// The client goes on through p2 (its calls retry on the other endpoint) and auto-sync, now through p2,
-	// drops p1 once its registration expires.
+	// The client goes on through p2 and auto-sync, now through p2, drops p1 once its registration expires. A put
+	// in flight on p1 as it was killed fails (clientv3 does not retry a write that may have been applied); once
+	// one has gone through p2, every one does.
+	waitFor(t, 10*time.Second, "a put through the synced client after p1 was killed", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c1.Put(ctx, key, "first")
+		return err == nil
+	})
 	for i := 0; i < 10; i++ {
 		mustPut(t, c1, key, fmt.Sprint(i))
 	}
