@@ -15,7 +15,7 @@ import (
 // TestAuthTokenRefresh: auth enabled through the client (a root user, and a user with read-write on the test's
 // prefix). A client with Username/Password keeps working after its token is invalidated (AuthDisable then
 // AuthEnable drops every simple token: its next call gets ErrInvalidAuthToken, and clientv3 authenticates again
-// and retries), is refused outside its prefix, and after its password is changed can no longer authenticate
+// and retries; a watch as its first call after that works as well), is refused outside its prefix, and after its password is changed can no longer authenticate
 // (ErrAuthFailed) while a client with the new password works. Auth is disabled and the users removed at the end,
 // even on failure.
 func TestAuthTokenRefresh(t *testing.T) {
@@ -84,7 +84,12 @@ func TestAuthTokenRefresh(t *testing.T) {
 	if v, _ := getValue(t, u, key); v != "2" {
 		t.Fatalf("the user reads %q after re-authenticating, want 2", v)
 	}
-	// Its watch works too, with the new token.
+	// Invalidate the tokens again: the client's first call is now a watch, which must work too (clientv3
+	// authenticates again when the watch's creation is refused for its token).
+	_, err = root.AuthDisable(ctx)
+	must("auth disable", err)
+	_, err = root.AuthEnable(ctx)
+	must("auth enable again", err)
 	wctx := ctxFor(t, 20*time.Second)
 	wch := u.Watch(wctx, key, clientv3.WithCreatedNotify())
 	if resp := <-wch; !resp.Created || resp.Err() != nil {

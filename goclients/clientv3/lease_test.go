@@ -64,6 +64,11 @@ func TestKeepAliveAcrossFailover(t *testing.T) {
 			done = true
 		}
 	}
+	if env.Proxied() {
+		if now := env.ActiveMember(t); now == victim {
+			t.Fatalf("the proxy still serves from the killed member %d", victim)
+		}
+	}
 	// clientv3 sends a keepalive every TTL/3 s: more than TTL s on, at least one answer came past the TTL.
 	if after == 0 {
 		t.Fatalf("no keepalive answer more than %d s after member %d was killed", ttl, victim)
