@@ -89,50 +89,122 @@ func TestWatchRequireLeaderQuorumLoss(t *testing.T) {
 	}
 }
 
-// TestWatchRequestProgress: RequestProgress on a watch's stream brings a progress notification whose revision
-// is at least the newest write's, though no write touched the watched key.
+// TestWatchRequireLeaderActiveLost: as TestWatchRequireLeaderQuorumLoss, but the member serving the watch is
+// among the two killed: through the proxy, its active member and one more (the proxy moves to the last member,
+// which has no leader); directly, the client is on all members and members 0 and 1 are killed (if its stream was
+// on one of them, it moves to the survivor, which has no leader). The watch must end with the no-leader error.
+func TestWatchRequireLeaderActiveLost(t *testing.T) {
+	env := harness.Get(t)
+	active := env.ActiveMember(t)
+	other := (active + 1) % len(env.Members)
+	survivor := (active + 2) % len(env.Members)
+	c := env.Client(t)
+	if !env.Proxied() {
+		// Directly, the client is on all members: it moves to the survivor, which has no leader.
+		c = harness.NewClient(t, env.Members)
+	}
+	key := env.Prefix(t) + "k"
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	defer cancel()
+	wch := c.Watch(ctx, key, clientv3.WithCreatedNotify())
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("watch: %+v (err %v), want created", resp, resp.Err())
+	}
+	mustPut(t, c, key, "before")
+	if resp := <-wch; len(resp.Events) != 1 {
+		t.Fatalf("watch: %+v (err %v), want the put", resp, resp.Err())
+	}
+	env.StopMember(t, active)
+	env.StopMember(t, other)
+	began := time.Now()
+	timeout := time.After(30 * time.Second)
+	for done := false; !done; {
+		select {
+		case resp, ok := <-wch:
+			if !ok {
+				t.Fatal("the watch channel closed without the no-leader error")
+			}
+			if len(resp.Events) > 0 {
+				t.Fatalf("events during quorum loss: %v", resp.Events)
+			}
+			if err := resp.Err(); err != nil {
+				if !errors.Is(err, rpctypes.ErrNoLeader) {
+					t.Fatalf("watch ended with %v, want %v", err, rpctypes.ErrNoLeader)
+				}
+				done = true
+			}
+		case <-timeout:
+			t.Fatalf("the require-leader watch did not end within 30 s of losing members %d and %d (survivor %d)",
+				active, other, survivor)
+		}
+	}
+	t.Logf("the watch ended with no leader %v after members %d and %d were killed", time.Since(began).Round(time.Millisecond), active, other)
+	env.StartMember(t, active)
+	env.StartMember(t, other)
+	waitFor(t, 30*time.Second, "a put succeeds once quorum is back", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := c.Put(ctx, key, "after")
+		return err == nil
+	})
+}
+
+// TestWatchRequestProgress: RequestProgress on a watch stream brings every watcher on it (two watchers, on keys
+// no write touches, one of them started at an old revision) a progress notification whose revision is at least
+// the newest write's.
 func TestWatchRequestProgress(t *testing.T) {
 	env := harness.Get(t)
 	c := env.Client(t)
 	pfx := env.Prefix(t)
 	ctx := ctxFor(t, 20*time.Second)
-	wch := c.Watch(ctx, pfx+"watched", clientv3.WithCreatedNotify())
-	if resp := <-wch; !resp.Created {
-		t.Fatalf("watch: %+v (err %v), want created", resp, resp.Err())
+	old := mustPut(t, c, pfx+"other/start", "v")
+	w1 := c.Watch(ctx, pfx+"watched/1", clientv3.WithCreatedNotify())
+	w2 := c.Watch(ctx, pfx+"watched/2", clientv3.WithCreatedNotify(), clientv3.WithRev(old))
+	for _, wch := range []clientv3.WatchChan{w1, w2} {
+		if resp := <-wch; !resp.Created {
+			t.Fatalf("watch: %+v (err %v), want created", resp, resp.Err())
+		}
 	}
 	var rev int64
 	for i := 0; i < 3; i++ {
 		rev = mustPut(t, c, fmt.Sprintf("%sother/%d", pfx, i), "v")
 	}
-	// etcd answers a progress request only while the watcher is synced; ask until a notification catches up.
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
 	if err := c.RequestProgress(ctx); err != nil {
 		t.Fatalf("request progress: %v", err)
 	}
-	for {
+	// etcd answers a progress request only while every watcher of the stream is synced: ask again until a
+	// notification at the newest write's revision reaches both.
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	caught := [2]bool{}
+	for !caught[0] || !caught[1] {
+		var resp clientv3.WatchResponse
+		var ok bool
+		var which int
 		select {
-		case resp, ok := <-wch:
-			if !ok {
-				t.Fatal("the watch ended")
-			}
-			if len(resp.Events) > 0 {
-				t.Fatalf("events on an unwritten key: %v", resp.Events)
-			}
-			if !resp.IsProgressNotify() {
-				t.Fatalf("%+v, want a progress notification", resp)
-			}
-			if resp.Header.Revision >= rev {
-				return
-			}
-			t.Logf("progress at %d, before the newest write %d", resp.Header.Revision, rev)
+		case resp, ok = <-w1:
+		case resp, ok = <-w2:
+			which = 1
 		case <-tick.C:
 			if err := c.RequestProgress(ctx); err != nil {
 				t.Fatalf("request progress: %v", err)
 			}
+			continue
 		case <-deadline:
-			t.Fatalf("no progress notification at revision >= %d", rev)
+			t.Fatalf("no progress notification at revision >= %d to both watchers (caught %v)", rev, caught)
+		}
+		if !ok {
+			t.Fatalf("watcher %d ended", which+1)
+		}
+		if len(resp.Events) > 0 {
+			t.Fatalf("events on an unwritten key: %v", resp.Events)
+		}
+		if !resp.IsProgressNotify() {
+			t.Fatalf("watcher %d: %+v, want a progress notification", which+1, resp)
+		}
+		if resp.Header.Revision >= rev {
+			caught[which] = true
 		}
 	}
 }
