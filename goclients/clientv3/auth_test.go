@@ -15,8 +15,8 @@ import (
 // TestAuthTokenRefresh: auth enabled through the client (a root user, and a user with read-write on the test's
 // prefix). A client with Username/Password keeps working after its token is invalidated (AuthDisable then
 // AuthEnable drops every simple token: its next call gets ErrInvalidAuthToken, and clientv3 authenticates again
-// and retries; a watch as its first call after that works as well), is refused outside its prefix, and after its password is changed can no longer authenticate
-// (ErrAuthFailed) while a client with the new password works. Auth is disabled and the users removed at the end,
+// and retries; a watch as its first call after that works as well), is refused outside its prefix, and after
+// its password is changed can no longer authenticate (ErrAuthFailed) while a client with the new password works. Auth is disabled and the users removed at the end,
 // even on failure.
 func TestAuthTokenRefresh(t *testing.T) {
 	env := harness.Get(t)
@@ -29,40 +29,8 @@ func TestAuthTokenRefresh(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	user, role := "goclients-user", "goclients-rw"
-	must("add root", ignoreExists(c.UserAdd(ctx, "root", "rootpw")))
-	must("grant root", ignore(c.UserGrantRole(ctx, "root", "root")))
-	must("add user", ignoreExists(c.UserAdd(ctx, user, "pw1")))
-	must("add role", ignoreExists(c.RoleAdd(ctx, role)))
-	must("grant permission", ignore(c.RoleGrantPermission(ctx, role, pfx, clientv3.GetPrefixRangeEnd(pfx), clientv3.PermissionType(clientv3.PermReadWrite))))
-	must("grant role", ignore(c.UserGrantRole(ctx, user, role)))
-	// Disable auth and remove the users with the root user, whatever happens.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		root, err := clientv3.New(withAuth(harness.Config(env.Endpoints), "root", "rootpw"))
-		if err == nil {
-			if _, err := root.AuthDisable(ctx); err != nil {
-				t.Errorf("cleanup: auth disable as root: %v", err)
-			}
-			_ = root.Close()
-		} else {
-			t.Errorf("cleanup: root client: %v", err)
-		}
-		plain, err := clientv3.New(harness.Config(env.Endpoints))
-		if err != nil {
-			t.Errorf("cleanup: client: %v", err)
-			return
-		}
-		defer plain.Close()
-		for _, u := range []string{user, "root"} {
-			_, _ = plain.UserDelete(ctx, u)
-		}
-		_, _ = plain.RoleDelete(ctx, role)
-	})
-	_, err := c.AuthEnable(ctx)
-	must("auth enable", err)
-
+	user := enableAuth(t, env, c, pfx)
+	var err error
 	root := harness.NewClient(t, env.Endpoints, func(cfg *clientv3.Config) { *cfg = withAuth(*cfg, "root", "rootpw") })
 	u := harness.NewClient(t, env.Endpoints, func(cfg *clientv3.Config) { *cfg = withAuth(*cfg, user, "pw1") })
 	key := pfx + "k"
@@ -110,6 +78,123 @@ func TestAuthTokenRefresh(t *testing.T) {
 	mustPut(t, u2, key, "5")
 	if v, _ := getValue(t, root, key); v != "5" {
 		t.Fatalf("root reads %q, want 5", v)
+	}
+}
+
+// enableAuth adds a root user (password rootpw) and a user (password pw1) with read-write on pfx, and enables
+// auth through c; auth is disabled and the users and role removed when the test ends, even on failure. It returns
+// the user's name.
+func enableAuth(t *testing.T, env *harness.Env, c *clientv3.Client, pfx string) string {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	user, role := "goclients-user", "goclients-rw"
+	must("add root", ignoreExists(c.UserAdd(ctx, "root", "rootpw")))
+	must("grant root", ignore(c.UserGrantRole(ctx, "root", "root")))
+	must("add user", ignoreExists(c.UserAdd(ctx, user, "pw1")))
+	must("add role", ignoreExists(c.RoleAdd(ctx, role)))
+	must("grant permission", ignore(c.RoleGrantPermission(ctx, role, pfx, clientv3.GetPrefixRangeEnd(pfx), clientv3.PermissionType(clientv3.PermReadWrite))))
+	must("grant role", ignore(c.UserGrantRole(ctx, user, role)))
+	// Disable auth and remove the users with the root user, whatever happens.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		root, err := clientv3.New(withAuth(harness.Config(env.Endpoints), "root", "rootpw"))
+		if err == nil {
+			if _, err := root.AuthDisable(ctx); err != nil {
+				t.Errorf("cleanup: auth disable as root: %v", err)
+			}
+			_ = root.Close()
+		} else {
+			t.Errorf("cleanup: root client: %v", err)
+		}
+		plain, err := clientv3.New(harness.Config(env.Endpoints))
+		if err != nil {
+			t.Errorf("cleanup: client: %v", err)
+			return
+		}
+		defer plain.Close()
+		for _, u := range []string{user, "root"} {
+			_, _ = plain.UserDelete(ctx, u)
+		}
+		_, _ = plain.RoleDelete(ctx, role)
+	})
+	if _, err := c.AuthEnable(ctx); err != nil {
+		t.Fatalf("auth enable: %v", err)
+	}
+	return user
+}
+
+// TestKeepAliveAcrossTokenInvalidation: under auth, a user's KeepAlive keeps its lease alive after every token is
+// dropped (AuthDisable then AuthEnable): keepalive answers still arrive more than the TTL later, and the lease and
+// its key live on.
+func TestKeepAliveAcrossTokenInvalidation(t *testing.T) {
+	env := harness.Get(t)
+	c := env.Client(t)
+	pfx := env.Prefix(t)
+	user := enableAuth(t, env, c, pfx)
+	root := harness.NewClient(t, env.Endpoints, func(cfg *clientv3.Config) { *cfg = withAuth(*cfg, "root", "rootpw") })
+	u := harness.NewClient(t, env.Endpoints, func(cfg *clientv3.Config) { *cfg = withAuth(*cfg, user, "pw1") })
+	const ttl = 2
+	grant, err := u.Grant(ctxFor(t, 10*time.Second), ttl)
+	if err != nil {
+		t.Fatalf("grant: %v", err)
+	}
+	key := pfx + "k"
+	if _, err := u.Put(ctxFor(t, 10*time.Second), key, "v", clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatalf("put under the lease: %v", err)
+	}
+	kch, err := u.KeepAlive(ctxFor(t, 60*time.Second), grant.ID)
+	if err != nil {
+		t.Fatalf("keepalive: %v", err)
+	}
+	select {
+	case ka := <-kch:
+		if ka == nil || ka.TTL <= 0 {
+			t.Fatalf("first keepalive: %v", ka)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first keepalive answer")
+	}
+	if _, err := root.AuthDisable(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("auth disable: %v", err)
+	}
+	if _, err := root.AuthEnable(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("auth enable: %v", err)
+	}
+	dropped := time.Now()
+	var after int
+	until := time.After(time.Duration(ttl+1)*time.Second + 500*time.Millisecond)
+	for done := false; !done; {
+		select {
+		case ka, ok := <-kch:
+			if !ok {
+				t.Fatalf("the keepalive channel closed %v after the tokens were dropped", time.Since(dropped))
+			}
+			if ka.TTL <= 0 {
+				t.Fatalf("keepalive answer with TTL %d", ka.TTL)
+			}
+			if time.Since(dropped) > ttl*time.Second {
+				after++
+			}
+		case <-until:
+			done = true
+		}
+	}
+	if after == 0 {
+		t.Fatalf("no keepalive answer more than %d s after the tokens were dropped", ttl)
+	}
+	ttlResp, err := root.TimeToLive(ctxFor(t, 10*time.Second), grant.ID)
+	if err != nil || ttlResp.TTL <= 0 {
+		t.Fatalf("lease after the tokens were dropped: %v %v", ttlResp, err)
+	}
+	if v, ok := getValue(t, u, key); !ok || v != "v" {
+		t.Fatalf("the key under the lease: %q %v", v, ok)
 	}
 }
 
