@@ -132,7 +132,7 @@ type storeOptions struct {
 	codec       runtime.Codec
 	transformer value.Transformer
 	lease       etcd3.LeaseManagerConfig
-	rootPrefix  bool
+	fixedPrefix string
 }
 
 type storeOption func(*storeOptions)
@@ -143,9 +143,12 @@ func withTransformer(t value.Transformer) storeOption {
 }
 func withLease(l etcd3.LeaseManagerConfig) storeOption { return func(o *storeOptions) { o.lease = l } }
 
-// withRootPrefix gives the store Kubernetes' tests' prefix, "/" (objects at /pods/...), for suites that expect
-// the keys they see in errors to be the keys they gave; the objects under /pods/ are deleted before and after.
-func withRootPrefix(o *storeOptions) { o.rootPrefix = true }
+// withFixedPrefix gives the store the prefix Kubernetes' tests give it ("/" for the store's, "/registry/" for
+// the watch cache's) instead of the test's own, for suites that expect to see that prefix in the keys of errors
+// or of recorded requests; the keys under it are deleted before and after the test.
+func withFixedPrefix(prefix string) storeOption {
+	return func(o *storeOptions) { o.fixedPrefix = prefix }
+}
 
 // resetFeatureSupportChecker gives the test a fresh etcdfeature.DefaultFeatureSupportChecker (a package global,
 // which remembers RangeStream's absence for 10 minutes and checks each endpoint's version only once), restoring
@@ -172,8 +175,8 @@ func newStore(t testing.TB, opts ...storeOption) *testStore {
 		opt(&o)
 	}
 	ts := &testStore{env: env, codec: o.codec, prefix: env.Prefix(t), swap: &swapTransformer{}}
-	if o.rootPrefix {
-		ts.prefix = "/"
+	if o.fixedPrefix != "" {
+		ts.prefix = o.fixedPrefix
 	}
 	if o.transformer == nil {
 		ts.base = storagetesting.NewPrefixTransformer([]byte(transformerPrefix), false)
@@ -189,10 +192,10 @@ func newStore(t testing.TB, opts ...storeOption) *testStore {
 	kc.KV = ts.kv
 	kc.Kubernetes = ts.lists
 	ts.client = kc
-	if o.rootPrefix {
+	if o.fixedPrefix != "" {
 		wipe := func() {
-			if _, err := c.Delete(context.Background(), "/pods/", clientv3.WithPrefix()); err != nil {
-				t.Errorf("delete /pods/: %v", err)
+			if _, err := c.Delete(context.Background(), ts.prefix+"pods/", clientv3.WithPrefix()); err != nil {
+				t.Errorf("delete %spods/: %v", ts.prefix, err)
 			}
 		}
 		wipe()

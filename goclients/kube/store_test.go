@@ -152,13 +152,13 @@ func TestStore(t *testing.T) {
 	})
 	t.Run("GetListWithErrorAggregation", func(t *testing.T) {
 		unsafeDeletion(t, true)
-		s := newStore(t, withRootPrefix)
+		s := newStore(t, withFixedPrefix("/"))
 		deleter := etcd3.NewStoreWithUnsafeCorruptObjectDeletion(s, schema.GroupResource{Resource: "pods"})
 		storagetesting.RunTestGetListWithErrorAggregation(ctx, t, overridable{Interface: deleter, store: s}, corruptObjectError(fmt.Errorf("bits flipped")))
 	})
 	t.Run("GetListWithoutErrorAggregation", func(t *testing.T) {
 		unsafeDeletion(t, false)
-		s := newStore(t, withRootPrefix)
+		s := newStore(t, withFixedPrefix("/"))
 		storagetesting.RunTestGetListWithoutErrorAggregation(ctx, t, overridable{Interface: s, store: s}, corruptObjectError(fmt.Errorf("bits flipped")))
 	})
 	t.Run("GuaranteedUpdate", func(t *testing.T) {
