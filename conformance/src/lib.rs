@@ -19,12 +19,17 @@
 //!   (direct etcd over TLS is the row `direct | tls`, compared with direct etcd in the clear).
 //! - [`differences`]: the scenarios where the proxy answers differently from etcd by design, with reasons.
 //!
+//! [`go_clients`] runs Go's own etcd clients (the Go module `goclients/`: clientv3, Kubernetes' storage layer)
+//! against etcd directly and through the proxy under the profiles (`tests/go_clients.rs`), each run on a fresh
+//! three-member cluster it owns and acts on for the Go tests.
+//!
 //! Two more test binaries use the same kit, profiles and targets: `tests/etcd_client.rs` (the core scenarios and the
 //! keep-alive API through the `etcd-client` crate) and `tests/raw_grpc.rs` (raw gRPC where etcdctl cannot reach:
 //! client-chosen watch IDs, progress requests, fragments, half-closed streams, compaction), each comparing direct
 //! etcd, the proxy (under every profile) and the model transcript by transcript, on every etcd version as a process.
 
 pub mod differences;
+pub mod go_clients;
 pub mod profile;
 pub mod report;
 pub mod runner;

@@ -181,8 +181,7 @@ impl Setup {
         etcd: &Etcd,
         extra: &[&str],
     ) -> Result<Proxies, String> {
-        let pki = self.pki(profile.transport)?;
-        if pki.is_some() != etcd.tls().is_some() {
+        if self.pki(profile.transport)?.is_some() != etcd.tls().is_some() {
             return Err(format!(
                 "the {} profile needs etcd on its transport ({}), not {}",
                 profile.name,
@@ -190,6 +189,19 @@ impl Setup {
                 etcd.endpoint()
             ));
         }
+        self.start_proxy_for(profile, &[etcd.endpoint()], extra)
+            .await
+    }
+
+    /// [`Setup::start_proxy`] in front of `members` (client endpoints of one etcd cluster, on the profile's
+    /// transport): the proxy next to etcd gets all of them as its `--endpoints`.
+    pub async fn start_proxy_for(
+        &self,
+        profile: &Profile,
+        members: &[String],
+        extra: &[&str],
+    ) -> Result<Proxies, String> {
+        let pki = self.pki(profile.transport)?;
         if profile.proxies == 0 {
             return Err(format!("the {} profile has no proxy", profile.name));
         }
@@ -209,10 +221,10 @@ impl Setup {
         // From etcd outwards: the first proxy's upstream is etcd, every later one's the proxy started before it.
         let mut started: Vec<ProxyProcess> = Vec::with_capacity(profile.proxies);
         for n in 1..=profile.proxies {
-            let upstream = started
+            let upstreams = started
                 .last()
-                .map_or_else(|| etcd.endpoint(), |p| p.endpoint());
-            let proxy = ProxyProcess::start_with(&bin, &[upstream], &flags, &[], client.clone())
+                .map_or_else(|| members.to_vec(), |p| vec![p.endpoint()]);
+            let proxy = ProxyProcess::start_with(&bin, &upstreams, &flags, &[], client.clone())
                 .await
                 .map_err(|e| {
                     format!(
@@ -241,6 +253,21 @@ impl Proxies {
     /// The proxy the clients talk to.
     pub fn front(&self) -> &ProxyProcess {
         &self.row[0]
+    }
+
+    /// The proxy next to etcd (the front one but for `chain`): the one whose upstream is etcd's members.
+    pub fn back(&self) -> &ProxyProcess {
+        &self.row[self.row.len() - 1]
+    }
+
+    /// The front proxy, the row given up for it (the only one of a one-proxy row).
+    pub fn into_front(mut self) -> ProxyProcess {
+        self.row.swap_remove(0)
+    }
+
+    /// Every proxy of the row, the front one first.
+    pub fn all(&self) -> &[ProxyProcess] {
+        &self.row
     }
 }
 
