@@ -14,12 +14,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use proto::etcdserverpb::{WatchCreateRequest, WatchResponse};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::store::{Evicted, Store, WatchId};
 use crate::metrics::Metrics;
 use crate::upstream::identity::Identity;
 use crate::upstream::{Upstream, shutting_down};
 use crate::watch::etcd_version;
+use crate::watch::hub::ETCD_RESYNC_PERIOD;
 use crate::watch::{LocalStream, StreamHandle, WatchService};
 
 /// Responses the cache's stream may hold unread; the feed applies them as they come, so this is only a burst.
@@ -34,6 +36,31 @@ pub struct State {
     progress_in_flight: bool,
     /// Whether progress answers move copies (etcd 3.5.8 on); `None` until a member has said its version.
     progress_trusted: Option<bool>,
+    /// When the last copy's watcher was created.
+    new_watchers: NewWatchers,
+}
+
+/// How long after a copy's watcher is created etcd may still be syncing it: etcd syncs a watcher created from a
+/// revision it has reached (as a copy's is) within its resync period, and the watch actor asks for progress again
+/// one period after a request etcd may have dropped meanwhile; two periods cover both.
+const SYNC_WINDOW: std::time::Duration = ETCD_RESYNC_PERIOD.saturating_mul(2);
+
+/// When the cache last created a watcher, and whether etcd may still be syncing it: etcd from 3.5.13 answers no
+/// progress request on the stream until it has.
+#[derive(Default)]
+struct NewWatchers {
+    last_create: Option<Instant>,
+}
+
+impl NewWatchers {
+    fn created(&mut self, at: Instant) {
+        self.last_create = Some(at);
+    }
+
+    fn may_be_syncing(&self, now: Instant) -> bool {
+        self.last_create
+            .is_some_and(|at| now.saturating_duration_since(at) < SYNC_WINDOW)
+    }
 }
 
 /// The copies, their watchers' stream, and a signal for readers waiting for a copy to move.
@@ -62,6 +89,7 @@ impl Feed {
                 progress_sent: 0,
                 progress_in_flight: false,
                 progress_trusted: None,
+                new_watchers: NewWatchers::default(),
             }),
             changed: Notify::new(),
             watch,
@@ -111,6 +139,7 @@ impl Feed {
             }
         }
         let stream = state.stream.as_ref().expect("just opened");
+        state.new_watchers.created(Instant::now());
         stream.create(WatchCreateRequest {
             key: key.to_vec(),
             range_end: end.to_vec(),
@@ -148,6 +177,12 @@ impl Feed {
     pub fn has_copy_to_catch_up(&self, range: &super::query::KeyRange) -> bool {
         let state = self.lock();
         state.progress_trusted == Some(true) && state.store.get(range).is_some()
+    }
+
+    /// Whether a copy's watcher was created so recently that etcd may not have synced it yet, so that no progress
+    /// answer is to be had for a while ([`SYNC_WINDOW`]).
+    pub fn syncing_new_watcher(&self) -> bool {
+        self.lock().new_watchers.may_be_syncing(Instant::now())
     }
 
     /// Whether progress answers move copies (etcd from 3.5.8, once a member said its version).
@@ -237,5 +272,26 @@ impl Feed {
     pub fn update_gauges(&self, state: &State) {
         self.metrics.cache_keys.set(state.store.len() as i64);
         self.metrics.cache_bytes.set(state.store.bytes() as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watcher_may_be_syncing_for_two_of_etcds_resync_periods_after_it_was_created() {
+        let mut watchers = NewWatchers::default();
+        let t = Instant::now();
+        assert!(!watchers.may_be_syncing(t), "none created");
+        watchers.created(t);
+        assert!(watchers.may_be_syncing(t));
+        assert!(watchers.may_be_syncing(t + ETCD_RESYNC_PERIOD));
+        assert!(!watchers.may_be_syncing(t + 2 * ETCD_RESYNC_PERIOD));
+        watchers.created(t + 5 * ETCD_RESYNC_PERIOD);
+        assert!(
+            watchers.may_be_syncing(t + 6 * ETCD_RESYNC_PERIOD),
+            "the latest counts"
+        );
     }
 }

@@ -245,8 +245,15 @@ impl Cache {
             // The request that learns the revision is made with the caller's token over its range: a check too.
             let learnt = self.revisions.current(token, range).await;
             self.permissions.checked(token, &learnt);
+            // A copy behind it waits for a progress answer, which etcd gives only once every watcher of the
+            // cache's stream is synced: not while one created a moment ago may not be. Then the read goes to etcd
+            // at once (the copy answers if it is there already), rather than waiting a resync period or two.
+            let wait = match self.feed.syncing_new_watcher() {
+                true => Duration::ZERO,
+                false => CONSISTENT_WAIT,
+            };
             match learnt {
-                Ok(revision) => (revision, CONSISTENT_WAIT),
+                Ok(revision) => (revision, wait),
                 failed => return refusal_or_retry(failed).map(Option::flatten),
             }
         };

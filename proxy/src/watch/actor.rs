@@ -72,6 +72,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// second request is answered, well within the wait of a linearizable read from the range cache (1 s); a request
 /// answered after all only costs etcd a second answer.
 const PROGRESS_RESEND_TICKS: u32 = 1;
+/// How long after sending a progress request etcd may have dropped for a watcher not yet synced (see
+/// [`Hub::progress_maybe_dropped`]) the actor sends it again: etcd's resync period, and a little for its sync to run.
+const RESYNC_RESEND_AFTER: Duration = Duration::from_millis(120);
 /// How long the actor waits for a member to say its version before opening a stream without knowing it.
 const VERSION_WAIT: Duration = Duration::from_secs(1);
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
@@ -280,14 +283,25 @@ impl Actor {
         let mut probe_sent: Option<Instant> = None;
         // Ticks that found a progress request unanswered, in a row.
         let mut progress_unanswered: u32 = 0;
+        // When to send again a progress request etcd may have dropped for a watcher not synced yet.
+        let mut resync_resend: Option<Instant> = None;
         let mut creates = AnswerDeadline::default();
         // Client commands and upstream responses take turns when both are ready (see `next_woke`).
         let mut commands_first = true;
         loop {
+            if resync_resend.is_none() && self.hub.progress_maybe_dropped() {
+                resync_resend = Some(Instant::now() + RESYNC_RESEND_AFTER);
+            }
             tokio::select! {
                 // A fixed order: tokio draws select!'s order from an unseeded RNG, which would make a seeded
                 // simulation differ from run to run. The check is ready twice a second; it starves nothing.
                 biased;
+                _ = sleep_until_some(resync_resend), if resync_resend.is_some() => {
+                    resync_resend = None;
+                    if self.hub.progress_maybe_dropped() && self.hub.resend_progress(probe_sent.is_some()) {
+                        self.flush(&tx);
+                    }
+                }
                 _ = check.tick() => {
                     if self.upstream.moved_from(pick) {
                         return StreamEnd::Moved;
@@ -439,5 +453,12 @@ mod tests {
             "a new wait starts a new clock"
         );
         assert!(deadline.overdue(Some(4), at(27), limit));
+    }
+}
+
+/// Sleeps until `deadline` (used only with a deadline set).
+async fn sleep_until_some(deadline: Option<Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
     }
 }

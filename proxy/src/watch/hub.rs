@@ -34,6 +34,10 @@ use crate::metrics::Metrics;
 pub type StreamId = u64;
 
 /// etcd's reply to a create with a watch ID already used on the stream.
+/// How often etcd syncs the watchers that are not synced (its `watchResyncPeriod`): a watcher created from a
+/// revision etcd has reached is synced within this, unless it has much to catch up on.
+pub const ETCD_RESYNC_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub const DUPLICATE_WATCH_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
 /// etcd's reply to a create whose range is empty.
 pub const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
@@ -255,6 +259,10 @@ pub struct Hub {
     /// The upstream watchers etcd had when the request in flight reached it: when all of them are gone, etcd may
     /// never answer it.
     progress_covers: BTreeSet<i64>,
+    /// Whether the request in flight reached etcd while one of the stream's watchers may not have been synced yet
+    /// (one created from a revision etcd had reached, or catching up): etcd from 3.5.13 drops such a request, and
+    /// syncs the watcher within its resync period ([`ETCD_RESYNC_PERIOD`]), so the actor asks again after that.
+    progress_maybe_dropped: bool,
     /// Whether the member behind answers a progress request on a stream without watchers (etcd before 3.5.8); the
     /// actor sets it from the member's version each time it opens an upstream stream.
     answers_idle_progress: bool,
@@ -288,6 +296,7 @@ impl Hub {
             progress_waiters: BTreeSet::new(),
             progress_in_flight: false,
             progress_covers: BTreeSet::new(),
+            progress_maybe_dropped: false,
             answers_idle_progress: true,
             invalid_creates: VecDeque::new(),
             creates_in_flight: VecDeque::new(),
@@ -312,6 +321,13 @@ impl Hub {
     /// Whether a progress request was sent and not answered yet.
     pub fn progress_in_flight(&self) -> bool {
         self.progress_in_flight
+    }
+
+    /// Whether the progress request in flight may have been dropped by etcd because a watcher of the stream was not
+    /// synced when it arrived: the actor sends it again once etcd has synced its watchers
+    /// ([`ETCD_RESYNC_PERIOD`]), rather than at its next health check.
+    pub fn progress_maybe_dropped(&self) -> bool {
+        self.progress_in_flight && self.progress_maybe_dropped
     }
 
     /// etcd from 3.5.8 does not answer a progress request that finds a watcher of the stream not synced yet (one
@@ -667,6 +683,14 @@ impl Hub {
         // without watchers, which would leave this one (and every later one) unanswered.
         self.flush_creates();
         self.progress_covers = self.swatchers.keys().copied().collect();
+        // Every watcher just created (from a revision etcd has reached), and every one not yet seen synced, may be
+        // unsynced on etcd when the request arrives.
+        self.progress_maybe_dropped = !self.answers_idle_progress
+            && self.swatchers.values().any(|sw| match sw.phase {
+                Phase::Running => !sw.synced,
+                // etcd creates a watcher from now synced, and one from a revision it has reached unsynced.
+                _ => sw.sent_start != 0,
+            });
         self.outbox.push(WatchRequest {
             request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
         });

@@ -672,6 +672,67 @@ fn a_progress_request_etcd_dropped_is_sent_again_and_the_client_answered() {
 }
 
 #[test]
+fn a_progress_request_sent_while_a_watcher_may_be_unsynced_is_marked_for_an_early_resend() {
+    let mut hub = hub();
+    hub.set_etcd_version(Some("3.7.3"));
+    let mut a = Client::open(&mut hub, 1, 8);
+    // A watcher from now: etcd creates it synced.
+    hub.create(a.id, watch("a", 0));
+    hub.request_progress(a.id);
+    assert_eq!(sent(&mut hub), vec!["create 1 from 0", "progress"]);
+    assert!(
+        !hub.progress_maybe_dropped(),
+        "a watcher from now is synced on etcd"
+    );
+    hub.upstream_response(created(1, 10));
+    hub.upstream_response(WatchResponse {
+        header: header(10),
+        watch_id: -1,
+        ..Default::default()
+    });
+    assert_eq!(a.received().len(), 2, "created, then the progress answer");
+    // A watcher from revision 10, which etcd has reached (as the range cache creates its copies' watchers): etcd
+    // keeps it unsynced until its next resync and drops a progress request meanwhile.
+    hub.create(a.id, watch("b", 10));
+    hub.request_progress(a.id);
+    assert_eq!(sent(&mut hub), vec!["create 2 from 10", "progress"]);
+    assert!(
+        hub.progress_maybe_dropped(),
+        "the new watcher may be unsynced"
+    );
+    hub.upstream_response(created(2, 10));
+    assert!(
+        hub.progress_maybe_dropped(),
+        "created is not synced: etcd says nothing when it syncs a watcher with nothing to send"
+    );
+    // Sent again after the resync: still marked until an answer shows every watcher synced.
+    assert!(hub.resend_progress(false));
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    assert!(hub.progress_maybe_dropped());
+    hub.upstream_response(WatchResponse {
+        header: header(10),
+        watch_id: -1,
+        ..Default::default()
+    });
+    assert!(!hub.progress_maybe_dropped(), "answered: nothing in flight");
+    let _ = a.received();
+    hub.request_progress(a.id);
+    assert_eq!(sent(&mut hub), vec!["progress"]);
+    assert!(
+        !hub.progress_maybe_dropped(),
+        "every watcher was synced by the last answer"
+    );
+    // Before 3.5.8 etcd answers every request whatever its watchers: never marked.
+    let mut old = self::hub();
+    old.set_etcd_version(Some("3.4.23"));
+    let b = Client::open(&mut old, 2, 8);
+    old.create(b.id, watch("k", 5));
+    old.request_progress(b.id);
+    sent(&mut old);
+    assert!(!old.progress_maybe_dropped());
+}
+
+#[test]
 fn a_stream_closed_while_its_progress_request_waits_leaves_nothing_upstream() {
     let mut hub = hub();
     hub.set_etcd_version(Some("3.5.30"));
