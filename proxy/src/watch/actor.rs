@@ -422,6 +422,13 @@ impl AnswerDeadline {
     }
 }
 
+/// Sleeps until `deadline` (used only with a deadline set).
+async fn sleep_until_some(deadline: Option<Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,12 +460,5 @@ mod tests {
             "a new wait starts a new clock"
         );
         assert!(deadline.overdue(Some(4), at(27), limit));
-    }
-}
-
-/// Sleeps until `deadline` (used only with a deadline set).
-async fn sleep_until_some(deadline: Option<Instant>) {
-    if let Some(deadline) = deadline {
-        tokio::time::sleep_until(deadline).await;
     }
 }
