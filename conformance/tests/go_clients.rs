@@ -1,10 +1,12 @@
 //! `cargo test -p conformance --test go_clients`: Go's etcd clients (clientv3 v3.7.3, Kubernetes' storage layer of
 //! k8s.io/apiserver v0.37.2; the module `goclients/`) against etcd directly and through the proxy binary, on
-//! etcd 3.5.30 and the newest etcd, each run on a fresh three-member cluster. Prints a table of every package on
+//! etcd 3.5.30 and the newest etcd, each run on a fresh three-member cluster: on the newest directly and under the
+//! `default`, `namespace`, `cache` and `chain` profiles; on 3.5.30 directly and under `default` (where RangeStream
+//! is the proxy's own, built from Range calls). Prints a table of every package on
 //! every run and fails on any failed Go test, or on a run where a package passed no test at all.
 //!
 //! Selection (all optional): `TESTKIT_ETCD_VERSIONS=3.7.3` (else 3.5.30 and the newest), `GOCLIENTS_TARGETS=direct,
-//! default,namespace,cache,chain` (the proxy's profiles by name; else all five), `GOCLIENTS_PACKAGES=kube`,
+//! default,namespace,cache,chain` (the proxy's profiles by name, on every version), `GOCLIENTS_PACKAGES=kube`,
 //! `GOCLIENTS_RUN=<go test -run regexp>`, `GOCLIENTS_RUNS_AT_ONCE=N` (else 2), `GOCLIENTS_MEASURE=1` (the Go
 //! measurement tests run too; the table shows what they measured). A missing Go or etcd is a skip with a message,
 //! and a failure under `CI=true`.
@@ -104,7 +106,8 @@ async fn run() -> bool {
             failed |= skip_or_fail(&format!("etcd {version} is not installed"));
             continue;
         };
-        for &target in &targets {
+        let on_version = targets.clone().unwrap_or_else(|| default_targets(version));
+        for &target in &on_version {
             runs.push(run_one(binaries.clone(), version, target, packages.clone()));
         }
     }
@@ -125,8 +128,17 @@ async fn run() -> bool {
     failed
 }
 
-fn targets() -> Result<Vec<Target>, String> {
-    let all: Vec<Target> = std::iter::once(Target::Direct)
+/// Every profile on the newest etcd; directly and under `default` on an older one.
+fn default_targets(version: Version) -> Vec<Target> {
+    let all = all_targets();
+    match version == Version::NEWEST {
+        true => all,
+        false => all.into_iter().take(2).collect(),
+    }
+}
+
+fn all_targets() -> Vec<Target> {
+    std::iter::once(Target::Direct)
         .chain(PROFILES.iter().map(|name| {
             let p = profile::ALL
                 .iter()
@@ -134,9 +146,14 @@ fn targets() -> Result<Vec<Target>, String> {
                 .expect("a profile of PROFILES");
             Target::Proxy(*p)
         }))
-        .collect();
+        .collect()
+}
+
+/// The targets `GOCLIENTS_TARGETS` names, if it is set.
+fn targets() -> Result<Option<Vec<Target>>, String> {
+    let all = all_targets();
     let Some(names) = env_list("GOCLIENTS_TARGETS") else {
-        return Ok(all);
+        return Ok(None);
     };
     names
         .iter()
@@ -148,7 +165,8 @@ fn targets() -> Result<Vec<Target>, String> {
                 )
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 async fn run_one(
