@@ -25,16 +25,7 @@ func TestWatchRequireLeaderQuorumLoss(t *testing.T) {
 		c = harness.NewClient(t, env.Members[active:active+1])
 	}
 	key := env.Prefix(t) + "k"
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	defer cancel()
-	wch := c.Watch(ctx, key, clientv3.WithCreatedNotify())
-	if resp := <-wch; !resp.Created {
-		t.Fatalf("watch: %+v (err %v), want created", resp, resp.Err())
-	}
-	mustPut(t, c, key, "before")
-	if resp := <-wch; len(resp.Events) != 1 {
-		t.Fatalf("watch: %+v (err %v), want the put", resp, resp.Err())
-	}
+	wch := requireLeaderWatch(t, c, key)
 
 	var stopped []int
 	for i := range env.Members {
@@ -43,28 +34,7 @@ func TestWatchRequireLeaderQuorumLoss(t *testing.T) {
 			stopped = append(stopped, i)
 		}
 	}
-	began := time.Now()
-	timeout := time.After(30 * time.Second)
-	for done := false; !done; {
-		select {
-		case resp, ok := <-wch:
-			if !ok {
-				t.Fatal("the watch channel closed without the no-leader error")
-			}
-			if len(resp.Events) > 0 {
-				t.Fatalf("events during quorum loss: %v", resp.Events)
-			}
-			if err := resp.Err(); err != nil {
-				if !errors.Is(err, rpctypes.ErrNoLeader) {
-					t.Fatalf("watch ended with %v, want %v", err, rpctypes.ErrNoLeader)
-				}
-				done = true
-			}
-		case <-timeout:
-			t.Fatal("the require-leader watch did not end within 30 s of losing quorum")
-		}
-	}
-	t.Logf("the watch ended with no leader %v after quorum loss", time.Since(began).Round(time.Millisecond))
+	awaitNoLeaderEnd(t, wch, "losing quorum")
 	if _, ok := <-wch; ok {
 		t.Fatal("the watch channel delivered more after its no-leader end")
 	}
@@ -104,41 +74,10 @@ func TestWatchRequireLeaderActiveLost(t *testing.T) {
 		c = harness.NewClient(t, env.Members)
 	}
 	key := env.Prefix(t) + "k"
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	defer cancel()
-	wch := c.Watch(ctx, key, clientv3.WithCreatedNotify())
-	if resp := <-wch; !resp.Created {
-		t.Fatalf("watch: %+v (err %v), want created", resp, resp.Err())
-	}
-	mustPut(t, c, key, "before")
-	if resp := <-wch; len(resp.Events) != 1 {
-		t.Fatalf("watch: %+v (err %v), want the put", resp, resp.Err())
-	}
+	wch := requireLeaderWatch(t, c, key)
 	env.StopMember(t, active)
 	env.StopMember(t, other)
-	began := time.Now()
-	timeout := time.After(30 * time.Second)
-	for done := false; !done; {
-		select {
-		case resp, ok := <-wch:
-			if !ok {
-				t.Fatal("the watch channel closed without the no-leader error")
-			}
-			if len(resp.Events) > 0 {
-				t.Fatalf("events during quorum loss: %v", resp.Events)
-			}
-			if err := resp.Err(); err != nil {
-				if !errors.Is(err, rpctypes.ErrNoLeader) {
-					t.Fatalf("watch ended with %v, want %v", err, rpctypes.ErrNoLeader)
-				}
-				done = true
-			}
-		case <-timeout:
-			t.Fatalf("the require-leader watch did not end within 30 s of losing members %d and %d (survivor %d)",
-				active, other, survivor)
-		}
-	}
-	t.Logf("the watch ended with no leader %v after members %d and %d were killed", time.Since(began).Round(time.Millisecond), active, other)
+	awaitNoLeaderEnd(t, wch, fmt.Sprintf("losing members %d and %d (survivor %d)", active, other, survivor))
 	env.StartMember(t, active)
 	env.StartMember(t, other)
 	waitFor(t, 30*time.Second, "a put succeeds once quorum is back", func() bool {
@@ -247,5 +186,50 @@ func TestCompacted(t *testing.T) {
 	wch = c.Watch(ctxFor(t, 10*time.Second), key, clientv3.WithRev(r3))
 	if resp := <-wch; resp.Err() != nil || len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != "3" {
 		t.Fatalf("watch from %d: %+v (err %v), want the put of 3", r3, resp, resp.Err())
+	}
+}
+
+// requireLeaderWatch is a WithRequireLeader watch of key through c that etcd has created and that has delivered a
+// put of key; the watch ends with the test.
+func requireLeaderWatch(t *testing.T, c *clientv3.Client, key string) clientv3.WatchChan {
+	t.Helper()
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	t.Cleanup(cancel)
+	wch := c.Watch(ctx, key, clientv3.WithCreatedNotify())
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("watch: %+v (err %v), want created", resp, resp.Err())
+	}
+	mustPut(t, c, key, "before")
+	if resp := <-wch; len(resp.Events) != 1 {
+		t.Fatalf("watch: %+v (err %v), want the put", resp, resp.Err())
+	}
+	return wch
+}
+
+// awaitNoLeaderEnd waits (30 s at most) until the watch ends with etcd's no-leader error after what happened,
+// failing on any event meanwhile or on another end.
+func awaitNoLeaderEnd(t *testing.T, wch clientv3.WatchChan, what string) {
+	t.Helper()
+	began := time.Now()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case resp, ok := <-wch:
+			if !ok {
+				t.Fatal("the watch channel closed without the no-leader error")
+			}
+			if len(resp.Events) > 0 {
+				t.Fatalf("events after %s: %v", what, resp.Events)
+			}
+			if err := resp.Err(); err != nil {
+				if !errors.Is(err, rpctypes.ErrNoLeader) {
+					t.Fatalf("watch ended with %v, want %v", err, rpctypes.ErrNoLeader)
+				}
+				t.Logf("the watch ended with no leader %v after %s", time.Since(began).Round(time.Millisecond), what)
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the require-leader watch did not end within 30 s of %s", what)
+		}
 	}
 }
