@@ -74,7 +74,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const PROGRESS_RESEND_TICKS: u32 = 1;
 /// How long after sending a progress request etcd may have dropped for a watcher not yet synced (see
 /// [`Hub::progress_maybe_dropped`]) the actor sends it again: etcd's resync period, and a little for its sync to run.
-const RESYNC_RESEND_AFTER: Duration = Duration::from_millis(120);
+const RESYNC_RESEND_AFTER: Duration =
+    super::hub::ETCD_RESYNC_PERIOD.saturating_add(Duration::from_millis(20));
 /// How long the actor waits for a member to say its version before opening a stream without knowing it.
 const VERSION_WAIT: Duration = Duration::from_secs(1);
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
