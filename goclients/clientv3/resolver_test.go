@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +146,21 @@ func memberURLs(t testing.TB, c *clientv3.Client) []string {
 	return out
 }
 
+// memberIDs are the IDs of the members MemberList lists through c, sorted.
+func memberIDs(t testing.TB, c *clientv3.Client) []uint64 {
+	t.Helper()
+	resp, err := c.MemberList(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatalf("member list: %v", err)
+	}
+	var ids []uint64
+	for _, m := range resp.Members {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // hostPort is a URL's host:port (a URL without scheme is one already).
 func hostPort(u string) string {
 	if i := strings.Index(u, "://"); i >= 0 {
@@ -168,7 +185,8 @@ func sameSet(got []string, want ...string) bool {
 	return true
 }
 
-// TestSyncKeepsProxies: MemberList through the proxy lists the proxy (its advertise URL), not etcd's members, so
+// TestSyncKeepsProxies: MemberList through the proxy lists etcd's members (their IDs as etcd has them) reached at
+// the proxy (its advertise URL), so
 // a client's Sync keeps the proxy as its endpoint; with --resolver-prefix every registered proxy is listed, and a
 // synced client moves to another of them when its proxy is killed. A client with AutoSyncInterval keeps the
 // proxies as its endpoints and keeps working.
@@ -180,6 +198,11 @@ func TestSyncKeepsProxies(t *testing.T) {
 	c := env.Client(t)
 	if urls := memberURLs(t, c); !sameSet(urls, env.Endpoints[0]) {
 		t.Fatalf("MemberList through the proxy lists %v, want only the proxy %s (etcd's members are %v)", urls, env.Endpoints[0], env.Members)
+	}
+	// The members are etcd's, with the IDs etcd takes in MoveLeader, MemberUpdate and MemberRemove.
+	direct := harness.NewClient(t, env.Members)
+	if got, want := memberIDs(t, c), memberIDs(t, direct); !reflect.DeepEqual(got, want) {
+		t.Fatalf("MemberList through the proxy lists IDs %x, etcd %x", got, want)
 	}
 	if err := c.Sync(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatalf("sync: %v", err)

@@ -11,7 +11,8 @@
 //! - [`cache`]: serializable Range calls answered from copies of ranges a watch keeps current.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
-//! - [`cluster`]: MemberList answered with the proxies; registration under `--resolver-prefix`.
+//! - [`cluster`]: MemberList answered with etcd's members reached at the proxies; registration under
+//!   `--resolver-prefix`.
 //! - [`namespace`]: `--namespace`: every key clients send gets the prefix, every key they receive loses it.
 //! - [`wire`]: reads and edits the protobuf wire format field by field, without decoding whole messages.
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.

@@ -25,6 +25,8 @@ pub enum Route {
     LeaseKeepAlive,
     /// Answered by the proxy with `--advertise-client-url` ([`crate::cluster::members`]), else relayed as a read.
     MemberList,
+    /// A write only etcd's leader serves (MoveLeader), relayed to the leader's endpoint.
+    OnLeader,
 }
 
 /// Whether a unary call may be repeated on another endpoint, by method.
@@ -75,7 +77,8 @@ pub fn route(path: &str) -> Option<Route> {
         ) => Unary(Write),
         ("etcdserverpb.Maintenance", "Alarm") => Unary(Repeat::Alarm),
         ("etcdserverpb.Maintenance", "Status" | "Hash" | "HashKV") => Unary(Read),
-        ("etcdserverpb.Maintenance", "Defragment" | "MoveLeader" | "Downgrade") => Unary(Write),
+        ("etcdserverpb.Maintenance", "Defragment" | "Downgrade") => Unary(Write),
+        ("etcdserverpb.Maintenance", "MoveLeader") => Route::OnLeader,
         ("etcdserverpb.Maintenance", "Snapshot") => ServerStream,
         ("etcdserverpb.Auth", "AuthStatus" | "UserGet" | "UserList" | "RoleGet" | "RoleList") => {
             Unary(Read)

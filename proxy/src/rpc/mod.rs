@@ -24,12 +24,13 @@ use crate::config::Config;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
 use crate::namespace::{CallKeys, Namespace};
-use crate::upstream::Upstream;
 use crate::upstream::codec::RawCodec;
 use crate::upstream::identity::Identity;
+use crate::upstream::{Retry, Upstream};
 use crate::watch::WatchService;
 use methods::Route;
-use proto::etcdserverpb::{LeaseKeepAliveRequest, WatchRequest};
+use prost::Message;
+use proto::etcdserverpb::{LeaseKeepAliveRequest, MemberListRequest, WatchRequest};
 
 /// What serves the gRPC calls of one running proxy.
 pub struct Rpc {
@@ -122,6 +123,13 @@ impl Rpc {
             (route, _, _) => route,
         };
         match route {
+            Route::OnLeader => {
+                let relay = tower::service_fn(move |request: Request<Bytes>| {
+                    let (upstream, path) = (upstream.clone(), path.clone());
+                    async move { upstream.unary_on_leader(path, request).await }
+                });
+                self.limited(RawCodec).unary(relay, request).await
+            }
             Route::Unary(repeat) => {
                 let relay = tower::service_fn(move |request: Request<Bytes>| {
                     let (upstream, path, keys) = (upstream.clone(), path.clone(), keys.clone());
@@ -173,10 +181,15 @@ impl Rpc {
             Route::MemberList => {
                 let members = self.members.clone().expect("routed here only when set");
                 let answer = tower::service_fn(move |request: Request<Bytes>| {
-                    let members = members.clone();
+                    let (members, upstream, path) =
+                        (members.clone(), upstream.clone(), path.clone());
                     async move {
                         let token = crate::upstream::Forwarded::capture(&request).token();
-                        let answer = members.answer(token).await?;
+                        let Ok(asked) = MemberListRequest::decode(request.get_ref().clone()) else {
+                            // Bytes the proxy cannot read go to etcd, which answers them as it does.
+                            return upstream.unary(Retry::ReadOnly, path, request).await;
+                        };
+                        let answer = members.answer(asked, token).await?;
                         Ok(tonic::Response::new(Bytes::from(
                             prost::Message::encode_to_vec(&answer),
                         )))

@@ -138,7 +138,10 @@ impl Upstream {
 
     /// A gRPC client on `channel` with the proxy's receive limit (what it accepts from etcd); the send limit is
     /// checked before any attempt, so that an oversized request is refused with etcd's error.
-    async fn client(&self, channel: Channel) -> Result<tonic::client::Grpc<Channel>, Status> {
+    pub(super) async fn client(
+        &self,
+        channel: Channel,
+    ) -> Result<tonic::client::Grpc<Channel>, Status> {
         let mut grpc = tonic::client::Grpc::new(channel)
             .max_decoding_message_size(self.max_recv_bytes)
             .max_encoding_message_size(usize::MAX);
@@ -148,7 +151,7 @@ impl Upstream {
         Ok(grpc)
     }
 
-    fn check_send(&self, message: &Bytes) -> Result<(), Status> {
+    pub(super) fn check_send(&self, message: &Bytes) -> Result<(), Status> {
         if message.len() > self.max_send_bytes {
             return Err(error::sending_too_large(message.len(), self.max_send_bytes));
         }

@@ -8,6 +8,7 @@
 //!
 //! - [`call`]: unary and server-stream calls with the retry policy and hedged reads.
 //! - [`choose`]: choosing the next active endpoint.
+//! - [`leader`]: calls only the leader serves (MoveLeader), sent to its endpoint.
 //! - [`heartbeat`]: noticing a hung or leaderless active member.
 //! - [`latency`]: the learnt answer times behind the heartbeat's and the hedge's bounds.
 //! - [`ordering`]: serializable reads that never go back in revision.
@@ -21,6 +22,7 @@ mod forward;
 mod heartbeat;
 pub mod identity;
 mod latency;
+mod leader;
 mod ordering;
 pub mod outbound;
 mod pool;
