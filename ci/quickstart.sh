@@ -53,7 +53,7 @@ etcd-grpc-proxy listens on $PROXY_ADDR, in front of etcd on 127.0.0.1:$ETCD_PORT
   etcdctl --endpoints=$PROXY_ADDR get greeting
   etcdctl --endpoints=$PROXY_ADDR watch greeting      # and put again from another terminal
   curl http://$PROXY_ADDR/health
-  curl http://$PROXY_ADDR/metrics
+  curl http://$PROXY_ADDR/metrics          # etcd's metrics; the proxy's own: /proxy/metrics
 
 Ctrl-C stops the proxy and etcd.
 TXT

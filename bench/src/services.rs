@@ -255,7 +255,7 @@ impl Stack {
             addr: proxy.addr(),
             pid: proxy.pid(),
             tls: self.client_tls.clone(),
-            metrics_path: "/metrics",
+            metrics_path: "/proxy/metrics",
         };
         match target {
             Target::Direct => None,

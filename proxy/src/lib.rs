@@ -17,7 +17,8 @@
 //! - [`wire`]: reads and edits the protobuf wire format field by field, without decoding whole messages.
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
-//! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
+//! - [`health`], [`metrics`]: `/health` and `/proxy/health`, and the Prometheus registry of one running proxy
+//!   (`/proxy/metrics`; `/metrics` relays etcd's, see [`server`]).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
 //! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
 //!   parses, logs, looks up SRV records and calls [`run`].
@@ -114,7 +115,7 @@ impl BoundProxy {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let upstream = upstream::Upstream::new(
             &self.config,
-            self.net,
+            self.net.clone(),
             self.upstream_tls,
             metrics.clone(),
             stop_rx.clone(),
@@ -145,6 +146,11 @@ impl BoundProxy {
             upstream,
             limits: server::Limits::new(&self.config, metrics.clone()),
             metrics,
+            own_health: health::OwnHealth::new(
+                self.net.clone(),
+                self.local_addr,
+                self.server_tls.clone(),
+            ),
         });
         if let Some(listener) = self.metrics_listener {
             let metrics_port = server::Port {

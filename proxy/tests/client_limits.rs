@@ -54,7 +54,7 @@ async fn connections_past_the_limit_are_closed_at_once_and_a_freed_place_is_take
     // A place is freed when the proxy notices its connection end (the start's health checks, each /metrics below),
     // a moment after the client closed it: hence the retries.
     eventually("/metrics counting the two held and its own", || async {
-        let (_, text) = testkit::http::get(&addr, "/metrics").await.ok()?;
+        let (_, text) = testkit::http::get(&addr, "/proxy/metrics").await.ok()?;
         (metric(&text, "etcd_grpc_proxy_client_connections") == 3.0).then_some(())
     })
     .await;
@@ -86,7 +86,7 @@ async fn connections_past_the_limit_are_closed_at_once_and_a_freed_place_is_take
     drop(kv);
     drop(held.pop());
     let metrics = eventually("a freed place serves /metrics", || async {
-        testkit::http::get(&addr, "/metrics").await.ok()
+        testkit::http::get(&addr, "/proxy/metrics").await.ok()
     })
     .await;
     assert!(

@@ -443,7 +443,7 @@ async fn sockets_that_never_finish_their_setup_free_their_places_at_the_deadline
         .range(read())
         .await
         .expect("a newcomer is served once the places are back");
-    let (status, _) = testkit::http::get(&metrics_addr, "/metrics")
+    let (status, _) = testkit::http::get(&metrics_addr, "/proxy/metrics")
         .await
         .expect("/metrics on the metrics port");
     assert_eq!(status, 200);

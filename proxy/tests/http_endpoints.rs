@@ -1,5 +1,6 @@
-//! The HTTP side of the proxy's one port: `/health` says whether a linearizable read through
-//! the proxy works, and `/metrics` counts gRPC calls and shows the upstreams.
+//! The HTTP side of the proxy's one port: `/health` says whether a linearizable read through the proxy works,
+//! `/proxy/health` whether the proxy serves a client that connects to it, `/proxy/metrics` counts gRPC calls and
+//! shows the upstreams, and `/metrics` is etcd's own, relayed from the active member.
 
 mod support;
 
@@ -110,4 +111,114 @@ async fn health_turns_503_while_no_endpoint_works_and_200_again_after() {
         }
     })
     .await;
+}
+
+/// The `etcd_server_id` etcd's `/metrics` text names (each member's own ID, hex).
+fn server_id(metrics_text: &str) -> Option<String> {
+    metrics_text
+        .lines()
+        .find_map(|line| line.strip_prefix("etcd_server_id{server_id=\""))
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_etcds_from_the_active_member_and_follow_a_failover() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let mut etcd = support::cluster(&binaries, 3, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let mut ids = Vec::new();
+    for member in 0..3 {
+        let (_, text) = testkit::http::get(&etcd.addr(member), "/metrics")
+            .await
+            .expect("etcd's /metrics");
+        ids.push(server_id(&text).expect("etcd_server_id in etcd's /metrics"));
+    }
+    let relayed = || async {
+        let (code, text) = testkit::http::get(&proxy.addr(), "/metrics")
+            .await
+            .map_err(|e| e.to_string())?;
+        if code != 200 {
+            return Err(format!("{code}: {text}"));
+        }
+        server_id(&text).ok_or(format!("no etcd_server_id in\n{text}"))
+    };
+    let endpoints = etcd.endpoints();
+    let active = |text: &str| {
+        let endpoint = metrics::active_endpoint(text).expect("one active endpoint");
+        (0..3)
+            .find(|&m| endpoints[m] == endpoint)
+            .expect("an endpoint of the cluster")
+    };
+    let first = active(&proxy.metrics().await);
+    assert_eq!(relayed().await.expect("relayed"), ids[first]);
+
+    etcd.kill(first);
+    let next = wait_for("the proxy to fail over", TIMEOUT, || async {
+        match active(&proxy.metrics().await) {
+            m if m == first => Err("still on the killed member".to_string()),
+            m => Ok(m),
+        }
+    })
+    .await;
+    assert_eq!(
+        relayed().await.expect("relayed after the failover"),
+        ids[next],
+        "from the member now active"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_health_checks_the_proxy_through_its_own_listener() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let mut etcd = support::cluster(&binaries, 1, &[]).await;
+    // Room for one held connection and the GET that asks: none for the check's own connection to the listener.
+    let proxy = support::proxy::start(&etcd.endpoints(), &["--max-client-connections=2"]).await;
+    let held = support::grpc::channel(&proxy.addr()).await;
+    KvClient::new(held.clone())
+        .range(RangeRequest {
+            key: b"a".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("the held connection is served");
+    let (code, body) = testkit::http::get(&proxy.addr(), "/health")
+        .await
+        .expect("GET /health");
+    assert_eq!(
+        (code, body.trim()),
+        (200, r#"{"health":"true","reason":""}"#)
+    );
+    let (code, body) = testkit::http::get(&proxy.addr(), "/proxy/health")
+        .await
+        .expect("GET /proxy/health");
+    assert_eq!(code, 503, "the listener takes no new client: {body}");
+    assert!(body.contains(r#""health":"false""#), "{body}");
+
+    drop(held);
+    wait_for(
+        "/proxy/health to pass once a place is free",
+        TIMEOUT,
+        || async {
+            match testkit::http::get(&proxy.addr(), "/proxy/health").await {
+                Ok((200, body)) if body.contains(r#""health":"true""#) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    etcd.kill(0);
+    let body = wait_for("/proxy/health to fail without etcd", TIMEOUT, || async {
+        match testkit::http::get(&proxy.addr(), "/proxy/health").await {
+            Ok((503, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(body.contains("GET ERROR:"), "{body}");
 }

@@ -101,17 +101,19 @@ where
     unread
 }
 
-async fn metrics_of(addr: &str) -> String {
-    match testkit::http::get(addr, "/metrics").await {
+/// The Prometheus text at `path` of `addr`: `/metrics` of etcd, `/proxy/metrics` of the proxy (whose `/metrics`
+/// is etcd's, relayed).
+async fn metrics_of(addr: &str, path: &str) -> String {
+    match testkit::http::get(addr, path).await {
         Ok((200, text)) => text,
-        other => panic!("GET /metrics on {addr}: {other:?}"),
+        other => panic!("GET {path} on {addr}: {other:?}"),
     }
 }
 
 /// `etcd_network_client_grpc_sent_bytes_total` of the etcd at `addr`: the bytes of the messages etcd has handed
 /// to gRPC for its clients.
 async fn etcd_sent_bytes(addr: &str) -> u64 {
-    let text = metrics_of(addr).await;
+    let text = metrics_of(addr, "/metrics").await;
     support::metrics::value(&text, "etcd_network_client_grpc_sent_bytes_total", &[])
         .unwrap_or_else(|| panic!("no etcd_network_client_grpc_sent_bytes_total in etcd's metrics"))
         as u64
@@ -150,8 +152,8 @@ async fn wait_released(proxy: &str, etcd: &str, method: &str, in_etcd: fn(&str) 
         Duration::from_secs(10),
         || async {
             let (in_proxy, in_etcd) = (
-                open_calls(&metrics_of(proxy).await, method),
-                in_etcd(&metrics_of(etcd).await),
+                open_calls(&metrics_of(proxy, "/proxy/metrics").await, method),
+                in_etcd(&metrics_of(etcd, "/metrics").await),
             );
             if in_proxy == 0 && in_etcd == 0 {
                 Ok(())
@@ -261,7 +263,7 @@ async fn unread_snapshot_streams_hold_a_bounded_amount_and_block_no_one() {
     let unread = open_unread(&addr, snapshot).await;
     let with_slow = settle(proxy.pid(), &etcd_addr, "unread snapshots").await;
     assert_eq!(
-        snapshots_in_etcd(&metrics_of(&etcd_addr).await),
+        snapshots_in_etcd(&metrics_of(&etcd_addr, "/metrics").await),
         SLOW as i64,
         "each unread snapshot is a stream in etcd"
     );
@@ -399,7 +401,7 @@ async fn unread_observe_streams_hold_a_bounded_amount_and_block_no_one() {
     let with_slow = settle(proxy.pid(), &etcd_addr, "unread observers").await;
     assert_bounded("Observe", before, with_slow);
     assert_eq!(
-        watchers_in_etcd(&metrics_of(&etcd_addr).await),
+        watchers_in_etcd(&metrics_of(&etcd_addr, "/metrics").await),
         SLOW as i64,
         "each unread observer is a watcher in etcd"
     );

@@ -51,7 +51,9 @@ impl Pki {
             client: party(&etcd_ca, "kit", Leaf::client(None)),
         };
         let upstream = party(&etcd_ca, "proxy-upstream", Leaf::client(None));
-        let listener = party(&proxy_ca, "proxy-server", Leaf::server());
+        // The proxy checks itself (`/proxy/health`) presenting its listener's certificate to its listener, which
+        // requires client certificates here, as etcd's Go proxy does: so that one is a client's too.
+        let listener = party(&proxy_ca, "proxy-server", Leaf::server().client_auth());
         let client = party(&proxy_ca, "client", Leaf::client(None));
         Self {
             dir,
@@ -538,6 +540,9 @@ async fn curl(url: &str, http: &str, client: &TlsPaths) -> (String, String) {
     )
 }
 
+/// Every admin route over HTTPS, HTTP/1.1 and HTTP/2: `/health` (etcd through the proxy), `/proxy/health` (the
+/// proxy through its own TLS listener, which requires client certificates here), `/metrics` (etcd's, relayed from
+/// the TLS member over HTTP/2) and `/proxy/metrics` (the proxy's own).
 #[tokio::test]
 async fn health_and_metrics_answer_over_https_with_http1_and_http2() {
     let pki = Pki::new();
@@ -546,22 +551,26 @@ async fn health_and_metrics_answer_over_https_with_http1_and_http2() {
     };
     let proxy = tls_proxy(&etcd.endpoints(), &pki.flags(), &pki.client).await;
     for (http, version) in [("--http1.1", "1.1"), ("--http2", "2")] {
-        let (status, body) = curl(
-            &format!("https://{}/health", proxy.addr()),
-            http,
-            &pki.client,
-        )
-        .await;
+        let get = |path: &'static str| {
+            let url = format!("https://{}{path}", proxy.addr());
+            let client = &pki.client;
+            async move { curl(&url, http, client).await }
+        };
+        for path in ["/health", "/proxy/health"] {
+            let (status, body) = get(path).await;
+            assert_eq!(status, format!("{version} 200"), "{path}: {body}");
+            assert!(body.contains("\"health\":\"true\""), "{path}: {body}");
+        }
+        let (status, body) = get("/metrics").await;
         assert_eq!(status, format!("{version} 200"), "{body}");
-        assert!(body.contains("\"health\":\"true\""), "{body}");
-        let (status, body) = curl(
-            &format!("https://{}/metrics", proxy.addr()),
-            http,
-            &pki.client,
-        )
-        .await;
+        assert!(body.contains("etcd_server_has_leader"), "etcd's: {body}");
+        assert!(
+            !body.contains("etcd_grpc_proxy_upstream_up"),
+            "not the proxy's: {body}"
+        );
+        let (status, body) = get("/proxy/metrics").await;
         assert_eq!(status, format!("{version} 200"), "{body}");
-        assert!(body.contains("etcd_grpc_proxy_"), "{body}");
+        assert!(body.contains("etcd_grpc_proxy_upstream_up"), "{body}");
     }
 }
 
@@ -577,15 +586,27 @@ async fn metrics_addr_serves_over_http_and_https_but_not_grpc() {
         flags.push(format!("--metrics-addr={scheme}://{metrics_addr}"));
         let proxy = tls_proxy(&etcd.endpoints(), &flags, &pki.client).await;
         let tls = (scheme == "https").then_some(&pki.client);
-        let (code, body) = testkit::http::get_with(&metrics_addr, "/metrics", tls)
-            .await
-            .expect("metrics");
+        let get = |path: &'static str| {
+            let addr = &metrics_addr;
+            async move {
+                testkit::http::get_with(addr, path, tls)
+                    .await
+                    .unwrap_or_else(|e| panic!("{scheme}: GET {path}: {e}"))
+            }
+        };
+        let (code, body) = get("/proxy/metrics").await;
         assert_eq!(code, 200, "{scheme}: {body}");
-        assert!(body.contains("etcd_grpc_proxy_"), "{scheme}: {body}");
-        let (code, body) = testkit::http::get_with(&metrics_addr, "/health", tls)
-            .await
-            .expect("health");
+        assert!(
+            body.contains("etcd_grpc_proxy_upstream_up"),
+            "{scheme}: {body}"
+        );
+        let (code, body) = get("/metrics").await;
         assert_eq!(code, 200, "{scheme}: {body}");
+        assert!(body.contains("etcd_server_has_leader"), "{scheme}: {body}");
+        for path in ["/health", "/proxy/health"] {
+            let (code, body) = get(path).await;
+            assert_eq!(code, 200, "{scheme} {path}: {body}");
+        }
         // gRPC is served on the main port only.
         let ctl = etcd
             .binaries()

@@ -169,11 +169,11 @@ impl ProxyProcess {
         self.process.terminate();
     }
 
-    /// `GET /metrics`: the Prometheus text; panics unless it answers 200.
+    /// `GET /proxy/metrics`: the proxy's own metrics in Prometheus text; panics unless it answers 200.
     pub async fn metrics(&self) -> String {
-        match http::get_with(&self.addr, "/metrics", self.tls.as_ref()).await {
+        match http::get_with(&self.addr, "/proxy/metrics", self.tls.as_ref()).await {
             Ok((200, body)) => body,
-            other => panic!("GET /metrics on the proxy: {other:?}"),
+            other => panic!("GET /proxy/metrics on the proxy: {other:?}"),
         }
     }
 

@@ -30,7 +30,7 @@ pub struct Sample {
 
 /// Reads `/metrics` at `addr` once.
 pub async fn read(addr: &str, epoch: Instant) -> Sample {
-    let answer = tokio::time::timeout(READ_TIMEOUT, http::get(addr, "/metrics")).await;
+    let answer = tokio::time::timeout(READ_TIMEOUT, http::get(addr, "/proxy/metrics")).await;
     let mut sample = match answer {
         Ok(Ok((200, body))) => parse(&body),
         _ => Sample::default(),

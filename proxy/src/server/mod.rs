@@ -1,5 +1,7 @@
-//! One listener for everything: gRPC (HTTP/2) and the admin routes `/health`, `/metrics`, `/proxy/health`,
-//! `/proxy/metrics` (HTTP/1.1 and HTTP/2), told apart per request. Also the per-RPC metrics and graceful shutdown.
+//! One listener for everything: gRPC (HTTP/2) and the admin routes (HTTP/1.1 and HTTP/2), told apart per request:
+//! `/health` (etcd's health through the proxy's upstream path), `/proxy/health` (the proxy checked through its own
+//! listener), `/metrics` (etcd's metrics, relayed from the active member), `/proxy/metrics` (the proxy's own). Also
+//! the per-RPC metrics and graceful shutdown.
 //!
 //! - [`limits`]: how many client connections and calls are taken at once.
 //! - [`setup`]: the deadline by which a new connection must have sent its HTTP/2 preface or HTTP/1.1 request head.
@@ -45,6 +47,8 @@ pub struct App {
     pub upstream: Arc<Upstream>,
     pub metrics: Metrics,
     pub limits: Limits,
+    /// `/proxy/health`'s client of the main listener.
+    pub own_health: crate::health::OwnHealth,
 }
 
 /// What a listener serves.
@@ -218,16 +222,12 @@ async fn handle(
     if is_grpc {
         return Ok(grpc(&app, request).await);
     }
+    let get = request.method() == http::Method::GET;
     let response = match request.uri().path() {
-        "/health" | "/proxy/health" if request.method() == http::Method::GET => {
-            let health = crate::health::check(&app.upstream, &app.metrics).await;
-            plain(
-                StatusCode::from_u16(health.http_status()).unwrap_or(StatusCode::OK),
-                "application/json",
-                health.json(),
-            )
-        }
-        "/metrics" | "/proxy/metrics" if request.method() == http::Method::GET => plain(
+        "/health" if get => health(crate::health::check(&app.upstream, &app.metrics).await),
+        "/proxy/health" if get => health(app.own_health.check(&app.metrics).await),
+        "/metrics" if get => etcd_metrics(&app.upstream, request.headers()).await,
+        "/proxy/metrics" if get => plain(
             StatusCode::OK,
             "text/plain; version=0.0.4",
             app.metrics.render(),
@@ -250,6 +250,32 @@ async fn handle(
         ),
     };
     Ok(response)
+}
+
+fn health(health: crate::health::Health) -> Response<Body> {
+    plain(
+        StatusCode::from_u16(health.http_status()).unwrap_or(StatusCode::OK),
+        "application/json",
+        health.json(),
+    )
+}
+
+/// `/metrics`: etcd's own metrics, relayed from the active member (or, when it cannot answer, from the next one
+/// that does), as etcd's Go proxy relays them; the proxy's are on `/proxy/metrics`.
+async fn etcd_metrics(upstream: &Upstream, asked: &http::HeaderMap) -> Response<Body> {
+    match upstream.http_get("/metrics", asked).await {
+        Ok(answer) => {
+            let mut response = Response::new(Body::new(Full::new(answer.body)));
+            *response.status_mut() = answer.status;
+            *response.headers_mut() = answer.headers;
+            response
+        }
+        Err(failures) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!("etcd-grpc-proxy: no etcd member answered GET /metrics ({failures})\n"),
+        ),
+    }
 }
 
 fn plain(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {

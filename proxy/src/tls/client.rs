@@ -100,7 +100,7 @@ impl crate::net::Handshake for ClientTls {
 }
 
 /// The host of `host:port` or `[v6]:port`, as the certificate must name it.
-fn host_of(authority: &str) -> &str {
+pub(super) fn host_of(authority: &str) -> &str {
     let host = match authority.rsplit_once(':') {
         Some((host, _port)) => host,
         None => authority,
@@ -116,7 +116,10 @@ fn build(settings: &ClientSettings) -> Result<ClientConfig, TlsError> {
     let builder = if settings.insecure_skip_verify {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServerCertificate(provider)))
+            .with_custom_certificate_verifier(Arc::new(UncheckedChain {
+                provider,
+                only: None,
+            }))
     } else {
         let roots = match &settings.ca {
             Some(ca) => pem::trust_anchors(ca)?,
@@ -169,21 +172,31 @@ fn system_roots() -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// `--insecure-skip-tls-verify`: any certificate is accepted, but the handshake's signatures are still checked, so
-/// the connection is at least encrypted to whoever holds that certificate's key.
+/// A server certificate taken without checking its chain or names: any one (`--insecure-skip-tls-verify`), or
+/// exactly one known in advance (the proxy's own, when it connects to itself: see `super::own`). The handshake's
+/// signatures are still checked, so the connection is encrypted to whoever holds that certificate's key.
 #[derive(Debug)]
-struct AnyServerCertificate(Arc<rustls::crypto::CryptoProvider>);
+pub(super) struct UncheckedChain {
+    pub(super) provider: Arc<rustls::crypto::CryptoProvider>,
+    /// `Some`: the only certificate taken.
+    pub(super) only: Option<CertificateDer<'static>>,
+}
 
-impl ServerCertVerifier for AnyServerCertificate {
+impl ServerCertVerifier for UncheckedChain {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
+        end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        match &self.only {
+            Some(only) if only.as_ref() != end_entity.as_ref() => Err(rustls::Error::General(
+                "not the certificate the listener's files hold".into(),
+            )),
+            _ => Ok(ServerCertVerified::assertion()),
+        }
     }
 
     fn verify_tls12_signature(
@@ -196,7 +209,7 @@ impl ServerCertVerifier for AnyServerCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -210,12 +223,14 @@ impl ServerCertVerifier for AnyServerCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`server`]: towards clients (`--cert-file`, `--key-file`, `--trusted-ca-file`, `--client-crl-file`,
 //!   `--auto-tls`, cipher suites and versions): the handshake deadline and the answer to plaintext clients.
 //! - [`client`]: towards etcd (`--cacert`, `--cert`, `--key`, `--insecure-skip-tls-verify`).
+//! - [`own`]: towards the proxy's own listener, for `/proxy/health`'s check of the proxy as clients reach it.
 //! - [`reload`]: one mechanism for rotation: a configuration built from files is rebuilt for the next connection
 //!   when any of its files changes on disk; a change that does not load keeps the last good configuration.
 //! - [`pem`]: reading certificates, keys and CRLs, with errors that name the file and the reason.
@@ -16,6 +17,7 @@
 
 pub mod auto;
 pub mod client;
+pub mod own;
 pub mod pem;
 pub mod reload;
 pub mod server;

@@ -58,8 +58,15 @@ pub struct ServerSettings {
 
 /// The accept step of a TLS port, with its configuration kept current with the files.
 pub struct ServerTls {
-    config: Reloading<ServerConfig>,
+    config: Reloading<Configs>,
     handshake_timeout: Duration,
+}
+
+/// What one version of the files gives: the listener's configuration, and the one the proxy's own check of its
+/// listener connects with ([`super::own`]), so that both always hold the same certificate.
+struct Configs {
+    accept: Arc<ServerConfig>,
+    own: Arc<rustls::ClientConfig>,
 }
 
 impl ServerTls {
@@ -97,7 +104,7 @@ impl ServerTls {
     /// Completes the handshake of a new connection within the deadline. A client whose first byte is not a TLS
     /// handshake record is a plaintext client: it is told so in HTTP (what a person with curl reads) and closed.
     pub async fn accept(&self, conn: Conn) -> io::Result<Conn> {
-        let config = self.config.current();
+        let config = self.config.current().accept.clone();
         let handshake = async move {
             let mut conn = conn;
             let mut first = [0u8; 1];
@@ -136,13 +143,18 @@ impl ServerTls {
                 )
             })?
     }
+
+    /// The client side of a handshake with this listener, for the proxy's check of itself ([`super::own`]).
+    pub(super) fn own_client_config(&self) -> Arc<rustls::ClientConfig> {
+        self.config.current().own.clone()
+    }
 }
 
 fn build(
     settings: &ServerSettings,
     cert: &std::path::Path,
     key: &std::path::Path,
-) -> Result<ServerConfig, TlsError> {
+) -> Result<Configs, TlsError> {
     let provider = Arc::new(CryptoProvider {
         cipher_suites: settings.cipher_suites.clone(),
         ..(*super::provider()).clone()
@@ -153,10 +165,10 @@ fn build(
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&settings.versions)
         .map_err(|e| TlsError(format!("TLS versions: {e}")))?;
-    let builder = match &settings.trusted_ca {
+    let verifier = match &settings.trusted_ca {
         Some(ca) => {
             let roots = Arc::new(pem::trust_anchors(ca)?);
-            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
+            let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
             if let Some(crl) = &settings.crl {
                 // As Go's listener: the client's own certificate is looked up in the CRL; a CRL from another
                 // issuer says nothing about it.
@@ -165,18 +177,33 @@ fn build(
                     .only_check_end_entity_revocation()
                     .allow_unknown_revocation_status();
             }
-            let verifier = verifier
-                .build()
-                .map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
-            builder.with_client_cert_verifier(verifier)
+            Some(
+                verifier
+                    .build()
+                    .map_err(|e| TlsError(format!("{}: {e}", ca.display())))?,
+            )
         }
+        None => None,
+    };
+    let own = super::own::client_config(
+        settings,
+        provider,
+        (&chain, &private_key),
+        verifier.as_deref(),
+        (cert, key),
+    )?;
+    let builder = match verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder
         .with_single_cert(chain, private_key)
         .map_err(|e| pem::identity_error(cert, key, e))?;
     config.alpn_protocols = super::ALPN_SERVER.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
+    Ok(Configs {
+        accept: Arc::new(config),
+        own: Arc::new(own),
+    })
 }
 
 /// A connection whose first byte was read to tell TLS from plaintext, handed back before the rest.

@@ -10,6 +10,7 @@
 //! - [`choose`]: choosing the next active endpoint.
 //! - [`leader`]: calls only the leader serves (MoveLeader), sent to its endpoint.
 //! - [`heartbeat`]: noticing a hung or leaderless active member.
+//! - [`http_get`]: GETs on etcd's client port (its `/metrics`, which the proxy relays).
 //! - [`latency`]: the learnt answer times behind the heartbeat's and the hedge's bounds.
 //! - [`ordering`]: serializable reads that never go back in revision.
 //! - [`pool`], [`sync`]: the endpoints, and `--endpoints-auto-sync-interval`'s refresh of them from MemberList.
@@ -20,6 +21,7 @@ mod choose;
 pub mod codec;
 mod forward;
 mod heartbeat;
+mod http_get;
 pub mod identity;
 mod latency;
 mod leader;
@@ -43,6 +45,7 @@ pub use choose::CHOOSE_WAIT;
 use choose::Health;
 pub use forward::Forwarded;
 pub use heartbeat::{HANG_BOUND_MAX, HEARTBEAT_INTERVAL, replacement_bound};
+pub use http_get::HttpAnswer;
 use latency::LatencyEstimate;
 use ordering::RevisionFloor;
 use pool::{Member, Pool};

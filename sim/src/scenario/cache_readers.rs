@@ -587,11 +587,11 @@ async fn scraper(
     *logs.metrics.lock().unwrap_or_else(|p| p.into_inner()) = Some(metrics);
 }
 
-/// One `GET /metrics` on the proxy's port (HTTP/2, as the proxy serves its admin routes next to gRPC): the cache's
+/// One `GET /proxy/metrics` on the proxy's port (HTTP/2, as the proxy serves its admin routes next to gRPC): the cache's
 /// hit and miss counters, or `None` if the proxy did not answer (it may be restarting).
 async fn scrape(channel: &Channel) -> Option<(u64, u64)> {
     let exchange = async {
-        let request = http::Request::get("/metrics")
+        let request = http::Request::get("/proxy/metrics")
             .body(tonic::body::Body::default())
             .ok()?;
         let response = channel.clone().oneshot(request).await.ok()?;
