@@ -581,14 +581,14 @@ async fn scraper(
         tokio::time::sleep(SCRAPE_EVERY).await;
     }
     trace.record(format!(
-        "scraper: {} reads of /metrics: cache hits {}, misses {}",
+        "scraper: {} reads of /proxy/metrics: cache hits {}, misses {}",
         metrics.scrapes, metrics.hits, metrics.misses
     ));
     *logs.metrics.lock().unwrap_or_else(|p| p.into_inner()) = Some(metrics);
 }
 
-/// One `GET /proxy/metrics` on the proxy's port (HTTP/2, as the proxy serves its admin routes next to gRPC): the cache's
-/// hit and miss counters, or `None` if the proxy did not answer (it may be restarting).
+/// One `GET /proxy/metrics` on the proxy's port (HTTP/2, as the proxy serves its admin routes next to gRPC): the
+/// cache's hit and miss counters, or `None` if the proxy did not answer (it may be restarting).
 async fn scrape(channel: &Channel) -> Option<(u64, u64)> {
     let exchange = async {
         let request = http::Request::get("/proxy/metrics")
