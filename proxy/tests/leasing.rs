@@ -3,7 +3,8 @@
 //! still reaches those reads (the key's watcher); a second proxy on the same prefix revokes the first's ownership
 //! when it writes, and the first proxy's next read sees that write at once (Put and DeleteRange alike); and a session
 //! that can no longer be known alive (etcd unreachable past the lease's TTL) answers nothing locally (etcd #19091)
-//! and holds no key, as does a session whose lease was revoked.
+//! and holds no key, as does a session whose lease was revoked; under auth an owned key is answered only to users
+//! etcd lets read it.
 
 mod support;
 
@@ -235,4 +236,114 @@ async fn a_session_not_known_alive_answers_nothing_locally_and_holds_nothing() {
     );
     assert_eq!(local_reads(&proxy.metrics().await), before);
     cluster.resume(0);
+}
+
+async fn authenticate(addr: &str, name: &str, password: &str) -> String {
+    let request = proto::etcdserverpb::AuthenticateRequest {
+        name: name.into(),
+        password: password.into(),
+    };
+    proto::etcdserverpb::auth_client::AuthClient::new(support::grpc::channel(addr).await)
+        .authenticate(request)
+        .await
+        .expect("authenticate")
+        .into_inner()
+        .token
+}
+
+async fn get_as(
+    client: &KvClient<Channel>,
+    token: &str,
+    key: &str,
+) -> Result<Option<Vec<u8>>, tonic::Status> {
+    let request = RangeRequest {
+        key: key.into(),
+        ..Default::default()
+    };
+    let request = support::grpc::with_meta(request, "token", token);
+    let answer = client.clone().range(request).await?.into_inner();
+    Ok(answer.kvs.first().map(|kv| kv.value.to_vec()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auth_an_owned_key_is_answered_only_to_users_etcd_lets_read_it() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 1, &[]).await;
+    let ep = cluster.endpoint(0);
+    let direct = client(&cluster.addr(0)).await;
+    put(&direct, "s/1", "secret").await;
+    for args in [
+        &["user", "add", "root:rootpw"][..],
+        &["user", "add", "reader:readerpw"],
+        &["user", "add", "other:otherpw"],
+        &["role", "add", "reads"],
+        &["role", "grant-permission", "reads", "read", "s/", "s0"],
+        // Taking ownership writes the ownership key with the reader's token.
+        &[
+            "role",
+            "grant-permission",
+            "reads",
+            "readwrite",
+            "/lease/",
+            "/lease0",
+        ],
+        &["user", "grant-role", "reader", "reads"],
+        &["auth", "enable"],
+    ] {
+        cluster.etcdctl(0).ok(args).await;
+    }
+    let proxy = support::proxy::start(
+        &cluster.endpoints(),
+        &[PREFIX, NO_CACHE, "--user=root:rootpw"],
+    )
+    .await;
+    let through = client(&proxy.addr()).await;
+    let reader = authenticate(&proxy.addr(), "reader", "readerpw").await;
+    let other = authenticate(&proxy.addr(), "other", "otherpw").await;
+    let refused = get_as(&direct, &authenticate(&ep, "other", "otherpw").await, "s/1")
+        .await
+        .expect_err("etcd refuses a user without the permission");
+
+    wait_for("the reader answered locally", GUARD, || async {
+        let before = local_reads(&proxy.metrics().await);
+        let value = get_as(&through, &reader, "s/1")
+            .await
+            .expect("the reader reads");
+        assert_eq!(value.as_deref(), Some(&b"secret"[..]));
+        match local_reads(&proxy.metrics().await) > before {
+            true => Ok(()),
+            false => Err("answered by etcd".to_string()),
+        }
+    })
+    .await;
+    let before = local_reads(&proxy.metrics().await);
+    for _ in 0..3 {
+        let status = get_as(&through, &other, "s/1")
+            .await
+            .expect_err("the other user must not read the owned key");
+        assert_eq!(
+            (status.code(), status.message()),
+            (refused.code(), refused.message())
+        );
+    }
+    let anonymous = through
+        .clone()
+        .range(RangeRequest {
+            key: "s/1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a read without a token is refused as etcd refuses it");
+    assert_eq!(
+        anonymous.code(),
+        tonic::Code::InvalidArgument,
+        "{anonymous:?}"
+    );
+    assert_eq!(
+        local_reads(&proxy.metrics().await),
+        before,
+        "nothing more answered locally"
+    );
 }

@@ -13,6 +13,8 @@
 //! - A write made directly on etcd by a client that knows nothing of leasing revokes nothing; each owned key's
 //!   own watcher brings it to the entry (within one event delivery), which Go's leasing client never sees.
 //! - A Txn is never answered locally: a read-only Txn goes to etcd as it is.
+//! - Whenever etcd's auth may be on, a local answer is given only after etcd answered a `count_only` read of the
+//!   key with the caller's token (the range cache's [`Permissions`]).
 //!
 //! - [`owned`]: the owned keys, a pure state machine.
 //! - [`session`]: the session's lease and watch stream, and what ends a session.
@@ -37,6 +39,9 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::cache::Cache;
+use crate::cache::consistent::ask_count;
+use crate::cache::permission::Permissions;
+use crate::cache::query::KeyRange;
 use crate::config::Config;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
@@ -78,6 +83,8 @@ pub struct Leasing {
     metrics: Metrics,
     /// The range cache, for reads the protocol does not answer.
     cache: Option<Arc<Cache>>,
+    /// What the proxy knows of etcd's auth, for local answers.
+    permissions: Permissions,
 }
 
 impl Leasing {
@@ -128,6 +135,7 @@ impl Leasing {
             keys,
             metrics: metrics.clone(),
             cache,
+            permissions: Permissions::default(),
         }))
     }
 
@@ -202,6 +210,24 @@ impl Leasing {
         let Some(read) = leasable else {
             return self.pass_read(path, request).await;
         };
+        // A local answer is given only to a caller etcd lets read the key: checked with etcd whenever auth may be
+        // on, as the range cache checks its copies' readers.
+        let token = forwarded.token();
+        if self.permissions.must_check(token.as_deref()) && self.may_answer_locally(&read.key) {
+            let range = KeyRange {
+                key: read.key.clone().into(),
+                end: Bytes::new(),
+            };
+            let check = ask_count(&self.calls.upstream, token.as_deref(), &range, true).await;
+            self.permissions.checked(token.as_deref(), &check);
+            match check {
+                Ok(_) => {}
+                Err(status) if crate::error::is_endpoint_failure(&status) => {
+                    return self.pass_read(path, request).await;
+                }
+                Err(status) => return Err(crate::error::to_client(status)),
+            }
+        }
         let now = Instant::now();
         let decided = {
             let mut state = self.shared.lock();
@@ -209,7 +235,15 @@ impl Leasing {
                 None => Err(None),
                 Some((lease, generation)) => {
                     if let Some(entry) = state.owned.servable(&read.key, generation) {
-                        Err(Some(owned::answer(entry, &read)))
+                        let mut answer = owned::answer(entry, &read);
+                        // No leasing client wrote the key since the entry's revision (it would have revoked this
+                        // proxy first): the answer holds at the newest revision the proxy returned, so reads never
+                        // go back in revision (`--experimental-serializable-ordering`).
+                        let floor = self.calls.upstream.revision_floor();
+                        if let Some(header) = &mut answer.header {
+                            header.revision = header.revision.max(floor);
+                        }
+                        Err(Some(answer))
                     } else if read.serializable || !state.owned.may_acquire(&read.key, now) {
                         Err(None)
                     } else {
@@ -223,6 +257,8 @@ impl Leasing {
             Ok(acquiring) => acquiring,
             Err(Some(local)) => {
                 self.metrics.leasing_local_reads.inc();
+                let revision = local.header.map_or(0, |h| h.revision);
+                self.calls.upstream.returned_revision(revision);
                 return Ok(Response::new(Bytes::from(local.encode_to_vec())));
             }
             Err(None) => return self.pass_read(path, request).await,
@@ -284,6 +320,14 @@ impl Leasing {
         user.header = Some(header);
         self.calls.upstream.learnt_revision(header.revision);
         Ok(Response::new(Bytes::from(user.encode_to_vec())))
+    }
+
+    /// Whether a read of `key` would be answered locally now.
+    fn may_answer_locally(&self, key: &[u8]) -> bool {
+        let state = self.shared.lock();
+        state
+            .alive(Instant::now())
+            .is_some_and(|(_, generation)| state.owned.servable(key, generation).is_some())
     }
 
     async fn pass_read(

@@ -66,7 +66,7 @@ pub fn create_revision(
 
 /// The Txn that acquires `key` for `lease`, answering `read` on the way (etcd's `acquire`): if nobody owns the key
 /// and the key has no lease of its own (its expiry would be no write a watcher of the prefix hears of), put the
-/// ownership key under `lease`. Either way: [0] answers `read`, [2] is the whole key; [1] is the put, or on failure
+/// ownership key under `lease`. Either way: operation 0 answers `read`, 2 is the whole key; 1 is the put, or on failure
 /// the ownership key as it is (the proxy may own it already).
 pub fn acquire(key: &[u8], ownership_key: &[u8], lease: i64, read: RangeRequest) -> TxnRequest {
     TxnRequest {
