@@ -65,9 +65,9 @@ pub fn create_revision(
 }
 
 /// The Txn that acquires `key` for `lease`, answering `read` on the way (etcd's `acquire`): if nobody owns the key
-/// and the key has no lease of its own (its expiry would be no write a watcher of the prefix hears of), put the
-/// ownership key under `lease`. Either way: operation 0 answers `read`, 2 is the whole key; 1 is the put, or on failure
-/// the ownership key as it is (the proxy may own it already).
+/// and the key has no lease of its own (as etcd's leasing clients require: such a key goes with its lease, outside
+/// the protocol), put the ownership key under `lease`. Either way: operation 0 answers `read`, 2 is the whole key;
+/// 1 is the put, or on failure the ownership key as it is (the proxy may own it already).
 pub fn acquire(key: &[u8], ownership_key: &[u8], lease: i64, read: RangeRequest) -> TxnRequest {
     TxnRequest {
         compare: vec![
