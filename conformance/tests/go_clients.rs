@@ -2,7 +2,9 @@
 //! k8s.io/apiserver v0.37.2; the module `goclients/`) against etcd directly and through the proxy binary, on
 //! etcd 3.5.30 and the newest etcd, each run on a fresh three-member cluster: on the newest directly and under the
 //! `default`, `namespace`, `cache` and `chain` profiles; on 3.5.30 directly and under `default` (where RangeStream
-//! is the proxy's own, built from Range calls). Prints a table of every package on
+//! is the proxy's own, built from Range calls). The `leasing` package starts a proxy of its own with
+//! `--experimental-leasing-prefix` (through the control endpoint, with the run's profile flags) beside Go's leasing
+//! KV on the members, on every run. Prints a table of every package on
 //! every run and fails on any failed Go test, or on a run where a package passed no test at all.
 //!
 //! Selection (all optional): `TESTKIT_ETCD_VERSIONS=3.7.3` (else 3.5.30 and the newest), `GOCLIENTS_TARGETS=direct,

@@ -213,6 +213,11 @@ pub struct Config {
     pub serializable_ordering: bool,
     /// `--range-cache-max-bytes`: the bound of the range cache; 0 turns it off.
     pub range_cache_max_bytes: usize,
+    /// `--experimental-leasing-prefix`: the prefix of the leasing protocol's ownership keys (inside the
+    /// namespace); empty: no leasing.
+    pub leasing_prefix: Vec<u8>,
+    /// `--experimental-leasing-ttl`: seconds of the leasing session's lease.
+    pub leasing_ttl: i64,
     /// TLS towards clients, on the main port (and on `--metrics-addr` when it is `https://`).
     pub server_tls: Option<crate::tls::ServerSettings>,
     /// TLS towards etcd; `None`: plaintext.
@@ -261,6 +266,8 @@ impl Config {
             namespace: Vec::new(),
             serializable_ordering: true,
             range_cache_max_bytes: DEFAULT_RANGE_CACHE_MAX_BYTES,
+            leasing_prefix: Vec::new(),
+            leasing_ttl: DEFAULT_LEASING_TTL,
             server_tls: None,
             upstream_tls: None,
             metrics_listen: None,
@@ -286,6 +293,9 @@ pub const DEFAULT_WATCH_BUFFER_SIZE: usize = 1024;
 /// 2 GiB); `0` turns the cache off.
 pub const DEFAULT_RANGE_CACHE_MAX_BYTES: usize = 256 << 20;
 /// etcd's default `--max-send-bytes`: 1.5 MiB, etcd's default request size limit.
+/// The leasing session's TTL, as etcd's `concurrency.NewSession` (seconds).
+pub const DEFAULT_LEASING_TTL: i64 = 60;
+
 pub const DEFAULT_MAX_SEND_BYTES: usize = 1_572_864;
 /// etcd's default `--max-recv-bytes`: `math.MaxInt32`.
 pub const DEFAULT_MAX_RECV_BYTES: usize = i32::MAX as usize;

@@ -9,6 +9,7 @@
 //! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`cache`]: serializable Range calls answered from copies of ranges a watch keeps current.
+//! - [`leasing`]: `--experimental-leasing-prefix`: etcd's leasing protocol; reads of owned keys answered locally.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
 //! - [`cluster`]: MemberList answered with etcd's members reached at the proxies; registration under
@@ -35,6 +36,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod health;
 pub mod lease;
+pub mod leasing;
 pub mod metrics;
 pub mod namespace;
 pub mod net;

@@ -34,6 +34,10 @@ pub struct Metrics {
     pub cache_bytes: IntGauge,
     /// Cached ranges evicted to stay within `--range-cache-max-bytes`.
     pub cache_evictions: IntCounter,
+    /// Range calls answered locally from keys the leasing protocol owns (`--experimental-leasing-prefix`).
+    pub leasing_local_reads: IntCounter,
+    /// Keys the leasing protocol owns now.
+    pub leasing_owned_keys: IntGauge,
     /// Client LeaseKeepAlive streams open now.
     pub lease_client_streams: IntGauge,
     /// Upstream LeaseKeepAlive streams open now (one while any lease is being kept alive).
@@ -125,6 +129,14 @@ impl Metrics {
             "etcd_grpc_proxy_cache_evictions_total",
             "Cached ranges evicted to stay within --range-cache-max-bytes",
         )?;
+        let leasing_local_reads = IntCounter::new(
+            "etcd_grpc_proxy_leasing_local_reads_total",
+            "Range calls answered locally from keys the leasing protocol owns (--experimental-leasing-prefix).",
+        )?;
+        let leasing_owned_keys = IntGauge::new(
+            "etcd_grpc_proxy_leasing_owned_keys",
+            "Keys the leasing protocol owns now.",
+        )?;
         let serializable_reads_reasked = IntCounter::new(
             "etcd_grpc_proxy_serializable_reads_reasked_total",
             "Serializable reads asked again linearizably because their member's answer was older than a revision \
@@ -201,6 +213,8 @@ impl Metrics {
         registry.register(Box::new(cache_keys.clone()))?;
         registry.register(Box::new(cache_bytes.clone()))?;
         registry.register(Box::new(cache_evictions.clone()))?;
+        registry.register(Box::new(leasing_local_reads.clone()))?;
+        registry.register(Box::new(leasing_owned_keys.clone()))?;
         registry.register(Box::new(lease_client_streams.clone()))?;
         registry.register(Box::new(lease_upstream_streams.clone()))?;
         registry.register(Box::new(lease_renewals_forwarded.clone()))?;
@@ -229,6 +243,8 @@ impl Metrics {
             cache_keys,
             cache_bytes,
             cache_evictions,
+            leasing_local_reads,
+            leasing_owned_keys,
             lease_client_streams,
             lease_upstream_streams,
             lease_renewals_forwarded,

@@ -70,7 +70,7 @@ async fn malformed_endpoints_are_rejected_with_the_endpoint_named() {
 #[tokio::test]
 async fn unsupported_flags_are_rejected_as_not_supported() {
     let dead = dead_endpoint();
-    for flag in ["--enable-pprof", "--experimental-leasing-prefix=/l"] {
+    for flag in ["--enable-pprof", "--experimental-enable-grpc-logging=true"] {
         let name = flag.split('=').next().expect("flag name");
         check(&["start", &dead, flag], &["not supported", name]).await;
     }

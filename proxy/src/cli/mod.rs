@@ -53,6 +53,13 @@ struct StartArgs {
     /// watch (0: no cache, every read goes to etcd)
     #[arg(long, default_value_t = crate::config::DEFAULT_RANGE_CACHE_MAX_BYTES)]
     range_cache_max_bytes: usize,
+    /// Prefix of the leasing protocol's ownership keys (etcd's client/v3/leasing, inside --namespace):
+    /// linearizable single-key reads of keys the proxy owns are answered locally (empty: no leasing)
+    #[arg(long, default_value = "", value_parser = clap::builder::OsStringValueParser::new())]
+    experimental_leasing_prefix: std::ffi::OsString,
+    /// Seconds of the leasing session's lease: how long a proxy that stopped renewing it keeps its ownership
+    #[arg(long, default_value_t = crate::config::DEFAULT_LEASING_TTL, value_parser = clap::value_parser!(i64).range(1..))]
+    experimental_leasing_ttl: i64,
     /// Ping etcd even when no call is open
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     permit_without_stream: bool,
@@ -119,7 +126,6 @@ struct StartArgs {
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
 const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
     ("enable-pprof", "false"),
-    ("experimental-leasing-prefix", ""),
     ("experimental-enable-grpc-logging", "false"),
 ];
 
@@ -233,6 +239,10 @@ fn into_config(
     config.dial_timeout = args.dial_timeout;
     config.serializable_ordering = args.experimental_serializable_ordering;
     config.range_cache_max_bytes = args.range_cache_max_bytes;
+    config.leasing_prefix =
+        std::os::unix::ffi::OsStrExt::as_bytes(args.experimental_leasing_prefix.as_os_str())
+            .to_vec();
+    config.leasing_ttl = args.experimental_leasing_ttl;
     config.endpoints_auto_sync =
         (!args.endpoints_auto_sync_interval.is_zero()).then_some(args.endpoints_auto_sync_interval);
     config.upstream_keepalive = KeepAlive {
@@ -527,13 +537,28 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&[
+    fn the_leasing_prefix_and_its_sessions_ttl_are_taken() {
+        let off = parse_ok(&["start"]).config;
+        assert!(off.leasing_prefix.is_empty());
+        assert_eq!(off.leasing_ttl, 60, "concurrency.NewSession's TTL");
+        let on = parse_ok(&[
             "start",
-            "--enable-pprof=false",
-            "--experimental-leasing-prefix=",
-        ]);
-        for flag in ["--enable-pprof", "--experimental-leasing-prefix=/l"] {
+            "--experimental-leasing-prefix=/l/",
+            "--experimental-leasing-ttl=5",
+        ])
+        .config;
+        assert_eq!(
+            (on.leasing_prefix.as_slice(), on.leasing_ttl),
+            (&b"/l/"[..], 5)
+        );
+        let err = parse_err(&["start", "--experimental-leasing-ttl=0"]);
+        assert!(err.contains("experimental-leasing-ttl"), "{err}");
+    }
+
+    #[test]
+    fn unsupported_flags_are_accepted_only_at_their_default() {
+        parse_ok(&["start", "--enable-pprof=false"]);
+        for flag in ["--enable-pprof", "--experimental-enable-grpc-logging=true"] {
             let err = parse_err(&["start", flag]);
             let name = flag.trim_start_matches("--").split('=').next().unwrap();
             assert!(

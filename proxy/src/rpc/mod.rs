@@ -22,6 +22,7 @@ use crate::cache::Cache;
 use crate::cluster::members::Members;
 use crate::config::Config;
 use crate::lease::LeaseService;
+use crate::leasing::{KvCall, Leasing};
 use crate::metrics::Metrics;
 use crate::namespace::{CallKeys, Namespace};
 use crate::upstream::codec::RawCodec;
@@ -45,6 +46,8 @@ pub struct Rpc {
     namespace: Option<Arc<Namespace>>,
     /// The range cache, unless `--range-cache-max-bytes` is 0.
     cache: Option<Arc<Cache>>,
+    /// The leasing protocol, with `--experimental-leasing-prefix`: KV Range, Put, DeleteRange and Txn go through it.
+    leasing: Option<Arc<Leasing>>,
     /// Largest message the proxy accepts from a client: `--max-recv-bytes`, at most `--max-send-bytes`.
     max_recv_bytes: usize,
 }
@@ -77,6 +80,23 @@ impl Rpc {
                 identity.clone(),
             ))
         });
+        let lease = Arc::new(LeaseService::new(upstream.clone(), metrics.clone()));
+        let cache = Cache::new(
+            upstream,
+            metrics,
+            config.range_cache_max_bytes,
+            watch_config,
+            identity.clone(),
+        );
+        let leasing = Leasing::new(
+            upstream,
+            metrics,
+            config,
+            lease.clone(),
+            identity.clone(),
+            watch_config,
+            cache.clone(),
+        );
         Self {
             upstream: upstream.clone(),
             watch: Arc::new(WatchService::new(
@@ -87,14 +107,9 @@ impl Rpc {
                 identity.clone(),
                 namespace.clone(),
             )),
-            lease: Arc::new(LeaseService::new(upstream.clone(), metrics.clone())),
-            cache: Cache::new(
-                upstream,
-                metrics,
-                config.range_cache_max_bytes,
-                watch_config,
-                identity.clone(),
-            ),
+            lease,
+            cache,
+            leasing,
             members,
             identity,
             namespace,
@@ -116,6 +131,17 @@ impl Rpc {
         };
         let upstream = self.upstream.clone();
         let keys = CallKeys::of(self.namespace.as_ref(), path.path());
+        if let (Some(leasing), Some(call)) = (&self.leasing, KvCall::of(path.path())) {
+            let leasing = leasing.clone();
+            let serve = tower::service_fn(move |request: Request<Bytes>| {
+                let (leasing, path, keys) = (leasing.clone(), path.clone(), keys.clone());
+                async move {
+                    let request = keys.request(request)?;
+                    keys.answer(leasing.serve(call, path, request).await?)
+                }
+            });
+            return self.limited(RawCodec).unary(serve, request).await;
+        }
         let route = match (route, &self.members, &self.cache) {
             (Route::MemberList, None, _) | (Route::Range, _, None) => {
                 Route::Unary(methods::Repeat::Read)
