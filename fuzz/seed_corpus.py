@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of every fuzz target (fuzz/corpus/<target>/) from hand-made valid inputs: protobuf
-messages of etcd's API (encoded here field by field, field numbers from proto/proto/), HTTP/2 frames, DNS answers,
+messages of etcd's API (encoded here field by field, field numbers from proto/proto/), HTTP/2 frames,
 paths and command lines. Run once from fuzz/; the corpus is committed. Inputs follow each target's layout, described
 at the top of fuzz_targets/<target>.rs."""
 import os
@@ -154,56 +154,14 @@ write("frames", "guard_mid_frame", bytes([10 << 1 | 1]) + mid)
 write("frames", "guard_http1", bytes([10 << 1 | 1, 0, 24]) + b"GET /health HTTP/1.1\r\n\r\n")
 write("frames", "guard_off", bytes([1, 1, 17]) + ping + bytes([2, 17]) + ping)
 
-# (f) dns
-NAME = "_etcd-client._tcp.example.com"
-
-
-def dns_name(name):
-    return b"".join(bytes([len(label)]) + label.encode() for label in name.split(".")) + b"\0"
-
-
-def srv(priority, weight, port, target):
-    return struct.pack(">HHH", priority, weight, port) + dns_name(target)
-
-
-def answer(ident, name, records, rcode=0, truncated=False, compressed=True):
-    flags = 0x8180 | rcode | (0x0200 if truncated else 0)
-    out = struct.pack(">HHHHHH", ident, flags, 1, len(records), 0, 0) + dns_name(name) + struct.pack(">HH", 33, 1)
-    for data in records:
-        owner = b"\xc0\x0c" if compressed else dns_name(name)
-        out += owner + struct.pack(">HHIH", 33, 1, 60, len(data)) + data
-    return out
-
-
-write("dns", "answer", b"\0" + answer(0x1234, NAME, [srv(0, 10, 2379, "m1.example.com"), srv(1, 5, 2380, "m2.example.com")]))
-write("dns", "answer_plain_names", b"\0" + answer(7, NAME, [srv(0, 0, 2379, "m1.example.com")], compressed=False))
-write("dns", "nxdomain", b"\0" + answer(9, NAME, [], rcode=3))
-write("dns", "truncated", b"\0" + answer(9, NAME, [], truncated=True))
-write("dns", "resolv_conf", b"\0nameserver 10.0.0.1\nnameserver ::1\noptions timeout:2 attempts:3\n# c\n")
-
-
-def script(datagrams, streams):
-    out = b"".join(struct.pack(">H", len(d)) + d for d in datagrams) + b"\0\0"
-    return out + b"".join(struct.pack(">H", len(s)) + s for s in streams)
-
-
-https, http = "_etcd-client-ssl._tcp.example.com", "_etcd-client._tcp.example.com"
-write("dns", "discover_https", b"\1" + script([answer(0x1234, https, [srv(0, 1, 2379, "m1.example.com"), srv(0, 2, 2379, "m2.example.com")]),
-                                               answer(0x1235, http, [], rcode=3)], []))
-write("dns", "discover_http_insecure", b"\3" + script([answer(0x1235, http, [srv(0, 1, 2379, "m1.example.com")]),
-                                                       answer(0x1234, https, [], rcode=2)], []))
-tcp_answer = answer(0x1234, https, [srv(0, 1, 2379, "m%d.example.com" % i) for i in range(3)])
-write("dns", "discover_tcp", b"\1" + script([answer(0x1234, https, [], truncated=True), answer(0x1235, http, [], rcode=3)],
-                                             [struct.pack(">H", len(tcp_answer)) + tcp_answer]))
-
-# (g) routing
+# (f) routing
 for name, path in [("range", "/etcdserverpb.KV/Range"), ("txn", "/etcdserverpb.KV/Txn"),
                    ("alarm", "/etcdserverpb.Maintenance/Alarm"), ("watch", "/etcdserverpb.Watch/Watch"),
                    ("observe", "/v3electionpb.Election/Observe"), ("unknown_method", "/etcdserverpb.KV/Scan"),
                    ("unknown_service", "/foo.Bar/Baz?x=1"), ("malformed", "nothing")]:
     write("routing", name, path.encode())
 
-# (h) cli: [mode][arguments separated by NUL]; mode bit 0 puts `start` first.
+# (g) cli: [mode][arguments separated by NUL]; mode bit 0 puts `start` first.
 for name, mode, args in [
     ("endpoints", 1, ["--endpoints=127.0.0.1:2379,http://10.0.0.2:2379", "--listen-addr", "0.0.0.0:23790", "--debug"]),
     ("limits", 1, ["--max-send-bytes=1024", "--max-recv-bytes", "2048", "--dial-timeout=1.5s", "--grpc-keepalive-min-time=5s"]),

@@ -1,6 +1,6 @@
 //! Entry points for coverage-guided fuzzing (`fuzz/`, `cargo fuzz`), compiled only with the `fuzzing` feature:
 //! thin wrappers over the functions that read bytes the proxy does not control (clients' requests, etcd's answers,
-//! HTTP/2 frames, DNS answers, the command line), so that the fuzz targets call the real code, not a copy.
+//! HTTP/2 frames, the command line), so that the fuzz targets call the real code, not a copy.
 //!
 //! Functions that are public already are re-exported here under one roof; the HTTP/2 frame follower and the ping
 //! guard are the crate's own (`server::frames`, `server::ping_guard`). Nothing here changes how the proxy behaves.
@@ -9,16 +9,13 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-pub use crate::cli::srv::wire::{Answer as DnsAnswer, Srv, WireError as DnsError, parse_answer};
 pub use crate::namespace::Namespace;
 pub use crate::namespace::messages::{Method as KeyedMethod, of as keyed_method};
 pub use crate::namespace::rewrite::{Direction, Empty, Field, Foreign, Schema};
@@ -171,87 +168,5 @@ impl AsyncWrite for Shared {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
-    }
-}
-
-/// What the fake DNS servers of [`discover_srv`] send back.
-#[derive(Clone, Debug, Default)]
-pub struct DnsScript {
-    /// UDP datagrams: each try gets (and takes) the first one left that the lookup accepts as an answer to its
-    /// query, the others being strays to it; none: the try times out.
-    pub datagrams: Vec<Vec<u8>>,
-    /// What a TCP connection (after a truncated answer) reads, each connection the next one; none left: the
-    /// connection is refused.
-    pub tcp_streams: Vec<Vec<u8>>,
-}
-
-/// Looks up the endpoints of `--discovery-srv=<domain>` (`cli::srv::discover`: both SRV lookups, the TCP retry
-/// of a truncated answer, the choice of endpoints) against fake DNS servers answering with `script`, query IDs
-/// from `id` (the https lookup) and `id + 1` (the http one).
-pub fn discover_srv(
-    domain: &str,
-    insecure: bool,
-    script: DnsScript,
-    id: u16,
-) -> Result<Vec<crate::config::Endpoint>, String> {
-    let request = crate::cli::srv::Request {
-        domain: domain.to_owned(),
-        service_name: String::new(),
-        insecure,
-        dns: None,
-    };
-    let conf = crate::cli::srv::resolv_conf::ResolvConf::parse("nameserver 192.0.2.53\n");
-    let fake = FakeDns {
-        datagrams: Mutex::new(script.datagrams.into()),
-        tcp_streams: Mutex::new(script.tcp_streams.into()),
-        open: Arc::default(),
-    };
-    runtime().block_on(crate::cli::srv::discover(&request, &conf, &fake, id))
-}
-
-/// Parses resolv.conf text (the file the `--discovery-srv` lookup reads).
-pub fn parse_resolv_conf(text: &str) -> crate::cli::srv::resolv_conf::ResolvConf {
-    crate::cli::srv::resolv_conf::ResolvConf::parse(text)
-}
-
-struct FakeDns {
-    datagrams: Mutex<VecDeque<Vec<u8>>>,
-    tcp_streams: Mutex<VecDeque<Vec<u8>>>,
-    /// The server ends of open TCP connections, kept so that the client's writes do not fail.
-    open: Arc<Mutex<Vec<DuplexStream>>>,
-}
-
-impl crate::cli::srv::lookup::Transport for FakeDns {
-    fn udp<'a>(
-        &'a self,
-        _: SocketAddr,
-        _: &'a [u8],
-        accept: &'a (dyn Fn(&[u8]) -> bool + Send + Sync),
-    ) -> crate::net::BoxFuture<'a, io::Result<Vec<u8>>> {
-        let mut datagrams = self.datagrams.lock().expect("not poisoned");
-        if let Some(at) = datagrams.iter().position(|datagram| accept(datagram)) {
-            let datagram = datagrams.remove(at).expect("found");
-            return Box::pin(std::future::ready(Ok(datagram)));
-        }
-        Box::pin(std::future::pending())
-    }
-
-    fn tcp(&self, _: SocketAddr) -> crate::net::BoxFuture<'static, io::Result<crate::net::Conn>> {
-        let Some(stream) = self.tcp_streams.lock().expect("not poisoned").pop_front() else {
-            return Box::pin(std::future::ready(Err(
-                io::ErrorKind::ConnectionRefused.into()
-            )));
-        };
-        let (client, mut server) = tokio::io::duplex(stream.len() + 64 * 1024);
-        let open = self.open.clone();
-        Box::pin(async move {
-            // The buffer holds the whole stream; the client reads it and then its end. The server end is kept
-            // (unread) so that the client's query can be written.
-            server.write_all(&stream).await?;
-            server.shutdown().await?;
-            open.lock().expect("not poisoned").push(server);
-            let conn: crate::net::Conn = Box::new(client);
-            Ok(conn)
-        })
     }
 }

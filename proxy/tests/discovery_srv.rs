@@ -7,14 +7,11 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
+use testkit::dns::{FakeDns, RunningDns};
 use testkit::pki::{Ca, Leaf};
 use testkit::{EtcdCluster, ProxyProcess};
-use tokio::net::UdpSocket;
 
 use support::proxy::PROXY_BIN;
 
@@ -23,94 +20,15 @@ const DOMAIN: &str = "example.test";
 /// One SRV record: priority, weight, port, target.
 type Record = (u16, u16, u16, &'static str);
 
-/// A DNS server on 127.0.0.1 (UDP) answering SRV queries from a table; other names get NXDOMAIN. It records the
-/// names it was asked, and stops when dropped.
-struct Dns {
-    addr: SocketAddr,
-    asked: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Dns {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Dns {
-    async fn start(table: &[(&str, Vec<Record>)]) -> Dns {
-        let table: BTreeMap<String, Vec<Record>> = table
-            .iter()
-            .map(|(name, records)| (name.to_string(), records.clone()))
-            .collect();
-        let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind DNS");
-        let addr = socket.local_addr().expect("DNS address");
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let log = asked.clone();
-        let task = tokio::spawn(async move {
-            let mut buf = vec![0u8; 2048];
-            loop {
-                let Ok((len, peer)) = socket.recv_from(&mut buf).await else {
-                    return;
-                };
-                let Some((name, answer)) = answer(&buf[..len], &table) else {
-                    continue;
-                };
-                log.lock().unwrap().push(name);
-                let _ = socket.send_to(&answer, peer).await;
-            }
+/// A DNS server on 127.0.0.1 answering SRV questions for `table`'s names (priority, weight, port, target); other
+/// names get NXDOMAIN.
+async fn start_dns(table: &[(&str, Vec<Record>)]) -> RunningDns {
+    let server = table
+        .iter()
+        .fold(FakeDns::new(), |server, (name, records)| {
+            server.srv(name, records)
         });
-        Dns { addr, asked, task }
-    }
-
-    fn flag(&self) -> String {
-        format!("--discovery-srv-dns={}", self.addr)
-    }
-
-    fn asked(&self) -> Vec<String> {
-        self.asked.lock().unwrap().clone()
-    }
-}
-
-/// The question's name and the answer to `query` from `table`: written here, independently of the proxy's codec.
-/// The records' owner name is a compression pointer to the question.
-fn answer(query: &[u8], table: &BTreeMap<String, Vec<Record>>) -> Option<(String, Vec<u8>)> {
-    let mut labels = Vec::new();
-    let mut pos = 12;
-    loop {
-        let len = usize::from(*query.get(pos)?);
-        if len == 0 {
-            break;
-        }
-        labels.push(String::from_utf8_lossy(query.get(pos + 1..pos + 1 + len)?).into_owned());
-        pos += 1 + len;
-    }
-    let question_end = pos + 1 + 4;
-    let qtype = u16::from_be_bytes([*query.get(pos + 1)?, *query.get(pos + 2)?]);
-    let name = labels.join(".");
-    let records = table.get(&name).filter(|_| qtype == 33);
-    let rcode = if records.is_some() { 0 } else { 3 };
-    let records = records.cloned().unwrap_or_default();
-    let mut msg = query[..2].to_vec();
-    msg.extend_from_slice(&[0x85, 0x80 | rcode, 0, 1]);
-    msg.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    msg.extend_from_slice(&[0, 0, 0, 0]);
-    msg.extend_from_slice(query.get(12..question_end)?);
-    for (priority, weight, port, target) in records {
-        let mut data = Vec::new();
-        for v in [priority, weight, port] {
-            data.extend_from_slice(&v.to_be_bytes());
-        }
-        for label in target.split('.').filter(|l| !l.is_empty()) {
-            data.push(label.len() as u8);
-            data.extend_from_slice(label.as_bytes());
-        }
-        data.push(0);
-        msg.extend_from_slice(&[0xc0, 12, 0, 33, 0, 1, 0, 0, 0, 60]);
-        msg.extend_from_slice(&(data.len() as u16).to_be_bytes());
-        msg.extend_from_slice(&data);
-    }
-    Some((name, msg))
+    server.start().await.expect("start the DNS server")
 }
 
 /// The client port of member `i`.
@@ -144,7 +62,7 @@ async fn the_members_named_by_srv_records_serve_reads_and_writes() {
     let records: Vec<Record> = (0..3)
         .map(|i| (10, 1, port(&cluster, i), "localhost."))
         .collect();
-    let dns = Dns::start(&[("_etcd-client-east._tcp.example.test", records)]).await;
+    let dns = start_dns(&[("_etcd-client-east._tcp.example.test", records)]).await;
     let flags = [
         format!("--discovery-srv={DOMAIN}"),
         "--discovery-srv-name=east".into(),
@@ -153,7 +71,7 @@ async fn the_members_named_by_srv_records_serve_reads_and_writes() {
     ];
     let proxy = start_proxy(&flags).await;
     put_get(&proxy.addr()).await;
-    let mut asked = dns.asked();
+    let mut asked = dns.names_asked();
     asked.sort();
     assert_eq!(
         asked,
@@ -194,7 +112,7 @@ async fn ssl_records_turn_tls_towards_etcd_on_and_plaintext_ones_are_left_out() 
     let cluster = EtcdCluster::start_tls(&binaries, 1, &[], &tls)
         .await
         .unwrap_or_else(|e| panic!("start etcd with TLS: {e}"));
-    let dns = Dns::start(&[
+    let dns = start_dns(&[
         (
             "_etcd-client-ssl._tcp.example.test",
             vec![(0, 0, port(&cluster, 0), "localhost.")],
@@ -240,7 +158,7 @@ fn assert_contains(text: &str, needles: &[&str]) {
 
 #[tokio::test]
 async fn no_records_stop_the_proxy_naming_the_domain_and_the_names_looked_up() {
-    let dns = Dns::start(&[]).await;
+    let dns = start_dns(&[]).await;
     let err = refused(&[format!("--discovery-srv={DOMAIN}"), dns.flag()]).await;
     let server = dns.addr.to_string();
     assert_contains(
@@ -256,7 +174,7 @@ async fn no_records_stop_the_proxy_naming_the_domain_and_the_names_looked_up() {
 #[tokio::test]
 async fn records_that_resolve_to_no_usable_endpoint_stop_the_proxy() {
     // "." says the service is not offered (RFC 2782).
-    let dns = Dns::start(&[("_etcd-client._tcp.example.test", vec![(0, 0, 2379, ".")])]).await;
+    let dns = start_dns(&[("_etcd-client._tcp.example.test", vec![(0, 0, 2379, ".")])]).await;
     let err = refused(&[
         format!("--discovery-srv={DOMAIN}"),
         "--insecure-discovery".into(),
@@ -274,7 +192,7 @@ async fn records_that_resolve_to_no_usable_endpoint_stop_the_proxy() {
 
 #[tokio::test]
 async fn plaintext_records_alone_need_insecure_discovery() {
-    let dns = Dns::start(&[(
+    let dns = start_dns(&[(
         "_etcd-client._tcp.example.test",
         vec![(0, 0, 2379, "localhost.")],
     )])

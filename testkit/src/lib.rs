@@ -15,6 +15,7 @@
 //!   clear or over TLS with a client certificate.
 //! - [`dirs`], [`wait`]: temporary directories on tmpfs, log tails, and waiting on a condition with a deadline.
 //! - [`diff`]: the line diff every failure report shows.
+//! - [`dns`]: a DNS server on loopback answering SRV questions from a table (UDP and TCP, truncation, failures).
 //! - [`hostile`]: requests a hostile client sends (a Txn nested 100,000 deep), made without recursion.
 //! - [`fuzz`]: the seeded property runner (`FUZZ_SEED`, `FUZZ_CASES`) of every arbitrary-input and model property.
 //!
@@ -24,6 +25,7 @@
 
 pub mod diff;
 pub mod dirs;
+pub mod dns;
 pub mod etcd;
 pub mod etcdctl;
 pub mod fuzz;

@@ -22,20 +22,42 @@
 //! dot of targets is dropped. The DNS servers are resolv.conf's `nameserver`s, or `--discovery-srv-dns` (not an
 //! etcd flag); the domain is asked as given (no `search` suffixes).
 //!
-//! The pure parts live here and in [`wire`], [`resolv_conf`] and [`lookup`]; the binary supplies the sockets
-//! ([`lookup::Transport`]), since this runs before [`crate::run`] and its `Net`.
+//! The choice of endpoints lives here; the lookups are hickory-resolver's ([`resolver`]), on the sockets the
+//! binary supplies, since this runs before [`crate::run`] and its `Net`.
 
-pub mod lookup;
-pub mod resolv_conf;
-pub mod wire;
+pub mod resolver;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use clap::Args;
 
 use crate::config::{Config, Endpoint, Scheme};
-use lookup::Transport;
-use resolv_conf::ResolvConf;
+use crate::net::BoxFuture;
+
+/// The DNS port.
+pub const DNS_PORT: u16 = 53;
+/// Longest name on the wire, length bytes included (RFC 1035 §2.3.4).
+const MAX_NAME: usize = 255;
+/// Longest label.
+const MAX_LABEL: usize = 63;
+
+/// One SRV record's data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Srv {
+    pub priority: u16,
+    pub weight: u16,
+    pub port: u16,
+    /// The target host without the trailing dot; empty for `.`, which says the service is not offered there
+    /// (RFC 2782).
+    pub target: String,
+}
+
+/// The SRV lookups [`discover`] makes: [`resolver::HickoryLookup`] in the binary, tables in tests.
+pub trait SrvLookup: Send + Sync {
+    /// The SRV records of `name` (fully qualified, without the trailing dot), in the order the answer gives them;
+    /// none is an error. Errors read as Go's resolver words them (`lookup NAME on SERVER: no such host`).
+    fn lookup_srv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Vec<Srv>, String>>;
+}
 
 #[derive(Args, Debug)]
 pub struct SrvArgs {
@@ -96,10 +118,10 @@ pub fn apply(args: SrvArgs, endpoints_given: bool) -> Result<Option<Request>, St
         return Ok(None);
     }
     let domain = args.discovery_srv;
-    wire::check_name(&domain).map_err(|e| format!("--discovery-srv {domain:?}: {e}"))?;
+    check_name(&domain).map_err(|e| format!("--discovery-srv {domain:?}: {e}"))?;
     let service_name = args.discovery_srv_name;
     if !service_name.is_empty() {
-        wire::check_name(&service_name)
+        check_name(&service_name)
             .ok()
             .filter(|()| !service_name.contains('.'))
             .ok_or_else(|| {
@@ -113,7 +135,7 @@ pub fn apply(args: SrvArgs, endpoints_given: bool) -> Result<Option<Request>, St
     }
     let dns = args
         .discovery_srv_dns
-        .map(|raw| resolv_conf::parse_server(&raw).map_err(|e| format!("--discovery-srv-dns: {e}")))
+        .map(|raw| parse_server(&raw).map_err(|e| format!("--discovery-srv-dns: {e}")))
         .transpose()?;
     let request = Request {
         domain: domain.strip_suffix('.').unwrap_or(&domain).to_owned(),
@@ -123,31 +145,61 @@ pub fn apply(args: SrvArgs, endpoints_given: bool) -> Result<Option<Request>, St
     };
     for scheme in [Scheme::Https, Scheme::Http] {
         let name = request.name(scheme);
-        wire::check_name(&name).map_err(|e| format!("--discovery-srv: {name}: {e}"))?;
+        check_name(&name).map_err(|e| format!("--discovery-srv: {name}: {e}"))?;
     }
     Ok(Some(request))
 }
 
-/// Looks the endpoints up through `conf`'s servers and `transport`, with query IDs from `id`, and keeps the ones
-/// etcd's rules keep (module docs). The error names the domain and the SRV names looked up.
-pub async fn discover(
-    request: &Request,
-    conf: &ResolvConf,
-    transport: &dyn Transport,
-    id: u16,
-) -> Result<Vec<Endpoint>, String> {
+/// Checks a domain name given on the command line: labels of letters, digits, '-' and '_' (as SRV names need),
+/// within DNS's length limits; one trailing dot allowed.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let trimmed = name.strip_suffix('.').unwrap_or(name);
+    if trimmed.is_empty() {
+        return Err("the domain name is empty".into());
+    }
+    for label in trimmed.split('.') {
+        if label.is_empty() {
+            return Err("empty label (two dots in a row, or a leading dot)".into());
+        }
+        if label.len() > MAX_LABEL {
+            return Err(format!("label {label:?} is longer than {MAX_LABEL} bytes"));
+        }
+        if let Some(c) = label
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_')))
+        {
+            return Err(format!(
+                "{c:?} in label {label:?} (letters, digits, '-' and '_' only)"
+            ));
+        }
+    }
+    if trimmed.len() + 2 > MAX_NAME {
+        return Err(format!("longer than {MAX_NAME} bytes on the wire"));
+    }
+    Ok(())
+}
+
+/// Parses `--discovery-srv-dns`: `IP`, `IP:PORT` or `[IPv6]:PORT`.
+pub fn parse_server(raw: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = raw.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    raw.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, DNS_PORT))
+        .map_err(|_| format!("{raw:?} is not IP or IP:PORT"))
+}
+
+/// Looks the endpoints up through `lookup` and keeps the ones etcd's rules keep (module docs). The error names the
+/// domain and the SRV names looked up.
+pub async fn discover(request: &Request, lookup: &dyn SrvLookup) -> Result<Vec<Endpoint>, String> {
     let https_name = request.name(Scheme::Https);
     let http_name = request.name(Scheme::Http);
     let (https, http) = tokio::join!(
-        lookup::lookup_srv(conf, transport, &https_name, id),
-        lookup::lookup_srv(conf, transport, &http_name, id.wrapping_add(1)),
+        lookup.lookup_srv(&https_name),
+        lookup.lookup_srv(&http_name),
     );
-    let https = https
-        .map_err(|e| e.to_string())
-        .and_then(|records| endpoints(&https_name, "https", records));
-    let http = http
-        .map_err(|e| e.to_string())
-        .and_then(|records| endpoints(&http_name, "http", records));
+    let https = https.and_then(|records| endpoints(&https_name, "https", records));
+    let http = http.and_then(|records| endpoints(&http_name, "http", records));
     let flag = format!("--discovery-srv={}", request.domain);
     let chosen = match (https, http) {
         (Err(https), Err(http)) => {
@@ -184,13 +236,9 @@ pub async fn discover(
 
 /// The endpoints of `records` (looked up as `name`) with `scheme`: ordered by priority, then weight (heaviest
 /// first), then target; duplicates and unusable targets (`.`, or not a host name) skipped, the latter logged.
-fn endpoints(
-    name: &str,
-    scheme: &str,
-    mut records: Vec<wire::Srv>,
-) -> Result<Vec<Endpoint>, String> {
+fn endpoints(name: &str, scheme: &str, mut records: Vec<Srv>) -> Result<Vec<Endpoint>, String> {
     records.sort_by(|a, b| {
-        let key = |r: &wire::Srv| {
+        let key = |r: &Srv| {
             (
                 r.priority,
                 std::cmp::Reverse(r.weight),
@@ -267,16 +315,14 @@ pub fn use_endpoints(config: &mut Config, endpoints: Vec<Endpoint>) -> Result<()
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::io;
     use std::sync::Mutex;
 
     use super::*;
-    use crate::net::{BoxFuture, Conn};
 
-    /// A DNS server answering from a table: name → records; names not in it get NXDOMAIN.
+    /// DNS answers from a table: name → records; names not in it are not found, as Go's resolver words it.
     #[derive(Default)]
     struct Table {
-        records: BTreeMap<String, Vec<wire::Srv>>,
+        records: BTreeMap<String, Vec<Srv>>,
         asked: Mutex<Vec<String>>,
     }
 
@@ -284,7 +330,7 @@ mod tests {
         fn with(mut self, name: &str, records: &[(u16, u16, u16, &str)]) -> Self {
             let records = records
                 .iter()
-                .map(|&(priority, weight, port, target)| wire::Srv {
+                .map(|&(priority, weight, port, target)| Srv {
                     priority,
                     weight,
                     port,
@@ -296,32 +342,14 @@ mod tests {
         }
     }
 
-    impl Transport for Table {
-        fn udp<'a>(
-            &'a self,
-            _server: SocketAddr,
-            query: &'a [u8],
-            _accept: &'a (dyn Fn(&[u8]) -> bool + Send + Sync),
-        ) -> BoxFuture<'a, io::Result<Vec<u8>>> {
-            // The question name, from the labels after the header.
-            let mut labels = Vec::new();
-            let mut pos = 12;
-            while query[pos] != 0 {
-                let len = usize::from(query[pos]);
-                labels.push(String::from_utf8_lossy(&query[pos + 1..pos + 1 + len]).into_owned());
-                pos += 1 + len;
-            }
-            let name = labels.join(".");
-            self.asked.lock().unwrap().push(name.clone());
-            let msg = match self.records.get(&name) {
-                Some(records) => wire::encode_answer(query, 0, records),
-                None => wire::encode_answer(query, wire::RCODE_NAME_ERROR, &[]),
+    impl SrvLookup for Table {
+        fn lookup_srv<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Vec<Srv>, String>> {
+            self.asked.lock().unwrap().push(name.to_owned());
+            let found = match self.records.get(name) {
+                Some(records) if !records.is_empty() => Ok(records.clone()),
+                _ => Err(format!("lookup {name} on 127.0.0.1:53: no such host")),
             };
-            Box::pin(async move { Ok(msg) })
-        }
-
-        fn tcp(&self, _server: SocketAddr) -> BoxFuture<'static, io::Result<Conn>> {
-            Box::pin(async { Err(io::ErrorKind::Unsupported.into()) })
+            Box::pin(std::future::ready(found))
         }
     }
 
@@ -338,8 +366,7 @@ mod tests {
 
     async fn found(table: &Table, args: &[&str]) -> Result<String, String> {
         let request = request(args)?.expect("--discovery-srv is given");
-        let conf = ResolvConf::with_server("127.0.0.1:53".parse().unwrap());
-        let endpoints = discover(&request, &conf, table, 1).await?;
+        let endpoints = discover(&request, table).await?;
         Ok(list(&endpoints))
     }
 
@@ -399,6 +426,47 @@ mod tests {
             "--insecure-discovery=false",
         ]);
         assert!(!request.unwrap().unwrap().insecure);
+    }
+
+    #[test]
+    fn names_that_cannot_be_asked_are_refused() {
+        for bad in [
+            "",
+            ".",
+            "a..b",
+            ".a",
+            "a b.c",
+            "a/b",
+            &"x".repeat(64),
+            &["abcdefghi"; 26].join("."),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "example.com",
+            "example.com.",
+            "_etcd-client-ssl-x._tcp.a-b.c_d",
+        ] {
+            check_name(good).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_server_flag_takes_an_ip_with_or_without_port() {
+        assert_eq!(
+            parse_server("127.0.0.1:5353").unwrap(),
+            "127.0.0.1:5353".parse().unwrap()
+        );
+        assert_eq!(
+            parse_server("10.1.1.1").unwrap(),
+            "10.1.1.1:53".parse().unwrap()
+        );
+        assert_eq!(parse_server("::1").unwrap(), "[::1]:53".parse().unwrap());
+        assert_eq!(
+            parse_server("[::1]:54").unwrap(),
+            "[::1]:54".parse().unwrap()
+        );
+        assert!(parse_server("dns.example.com:53").is_err());
     }
 
     #[tokio::test]
@@ -466,7 +534,7 @@ mod tests {
         );
         let nowhere = Table::default().with(
             "_etcd-client._tcp.example.com",
-            &[(0, 0, 0, ""), (0, 0, 1, "a b")],
+            &[(0, 0, 0, ""), (0, 0, 1, "a\\032b")],
         );
         let err = found(
             &nowhere,
