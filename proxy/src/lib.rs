@@ -17,6 +17,7 @@
 //! - [`upstream`]: the etcd endpoints, the active one, failover, probing, and the retry policy of every call.
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and the Prometheus registry of one running proxy.
+//! - [`profiling`]: `--enable-pprof`'s `/debug/pprof/` (CPU profiles in pprof's format, runtime counts).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
 //! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
 //!   parses, logs, looks up SRV records and calls [`run`].
@@ -36,6 +37,7 @@ pub mod lease;
 pub mod metrics;
 pub mod namespace;
 pub mod net;
+pub mod profiling;
 pub mod rpc;
 pub mod server;
 pub mod tls;
@@ -144,6 +146,8 @@ impl BoundProxy {
             upstream,
             limits: server::Limits::new(&self.config, metrics.clone()),
             metrics,
+            pprof: self.config.enable_pprof,
+            grpc_logging: self.config.grpc_logging,
         });
         if let Some(listener) = self.metrics_listener {
             let metrics_port = server::Port {

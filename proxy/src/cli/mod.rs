@@ -108,6 +108,13 @@ struct StartArgs {
     /// per core, for loads one core cannot carry
     #[arg(long, default_value_t = 1)]
     worker_threads: usize,
+    /// Serve CPU profiles and runtime counts under /debug/pprof/ on the client port (not on --metrics-addr)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    enable_pprof: bool,
+    /// Log one line per gRPC call when it ends: service, method, status code, duration, peer (no request or
+    /// response contents)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    experimental_enable_grpc_logging: bool,
     #[command(flatten)]
     tls: tls::TlsArgs,
     #[command(flatten)]
@@ -117,11 +124,7 @@ struct StartArgs {
 }
 
 /// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
-const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
-    ("enable-pprof", "false"),
-    ("experimental-leasing-prefix", ""),
-    ("experimental-enable-grpc-logging", "false"),
-];
+const NOT_YET_SUPPORTED: &[(&str, &str)] = &[("experimental-leasing-prefix", "")];
 
 /// What the command line asked for.
 #[derive(Debug)]
@@ -265,6 +268,8 @@ fn into_config(
     }
     config.watch_buffer_size = args.watch_buffer_size;
     config.watch_max_join_lag = i64::from(args.watch_max_join_lag);
+    config.enable_pprof = args.enable_pprof;
+    config.grpc_logging = args.experimental_enable_grpc_logging;
     let password = password(
         args.password,
         args.password_file,
@@ -527,13 +532,33 @@ mod tests {
     }
 
     #[test]
+    fn pprof_and_grpc_logging_are_off_unless_asked_for() {
+        let config = parse_ok(&["start"]).config;
+        assert!(!config.enable_pprof && !config.grpc_logging);
+        for args in [
+            &[
+                "start",
+                "--enable-pprof",
+                "--experimental-enable-grpc-logging",
+            ][..],
+            &[
+                "start",
+                "--enable-pprof=true",
+                "--experimental-enable-grpc-logging=true",
+            ],
+        ] {
+            let config = parse_ok(args).config;
+            assert!(config.enable_pprof && config.grpc_logging, "{args:?}");
+        }
+        let config = parse_ok(&["start", "--enable-pprof=false"]).config;
+        assert!(!config.enable_pprof);
+        assert!(parse_err(&["start", "--enable-pprof=maybe"]).contains("maybe"));
+    }
+
+    #[test]
     fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&[
-            "start",
-            "--enable-pprof=false",
-            "--experimental-leasing-prefix=",
-        ]);
-        for flag in ["--enable-pprof", "--experimental-leasing-prefix=/l"] {
+        parse_ok(&["start", "--experimental-leasing-prefix="]);
+        for flag in ["--experimental-leasing-prefix=/l"] {
             let err = parse_err(&["start", flag]);
             let name = flag.trim_start_matches("--").split('=').next().unwrap();
             assert!(

@@ -1,12 +1,15 @@
 //! One listener for everything: gRPC (HTTP/2) and the admin routes `/health`, `/metrics`, `/proxy/health`,
-//! `/proxy/metrics` (HTTP/1.1 and HTTP/2), told apart per request. Also the per-RPC metrics and graceful shutdown.
+//! `/proxy/metrics` (HTTP/1.1 and HTTP/2), and `/debug/pprof/` with `--enable-pprof` ([`crate::profiling`]), told
+//! apart per request. Also the per-RPC metrics, the per-call log lines, and graceful shutdown.
 //!
+//! - [`call_log`]: `--experimental-enable-grpc-logging`'s line for each call, written where the metrics record it.
 //! - [`limits`]: how many client connections and calls are taken at once.
 //! - [`setup`]: the deadline by which a new connection must have sent its HTTP/2 preface or HTTP/1.1 request head.
 //! - [`ping_guard`]: each client connection's HTTP/2 frames watched for pings that come too often
 //!   ([`ping_policy`], grpc-go's rules), [`frames`] finding their headers.
 
 // The frame follower and the ping guard read bytes from clients: the fuzz targets (`fuzzing`) reach them too.
+mod call_log;
 pub(crate) mod frames;
 mod limits;
 pub(crate) mod ping_guard;
@@ -45,6 +48,10 @@ pub struct App {
     pub upstream: Arc<Upstream>,
     pub metrics: Metrics,
     pub limits: Limits,
+    /// `--enable-pprof`: `/debug/pprof/` is served on the main port.
+    pub pprof: bool,
+    /// `--experimental-enable-grpc-logging`: each call is logged when it ends.
+    pub grpc_logging: bool,
 }
 
 /// What a listener serves.
@@ -177,7 +184,7 @@ impl Serving {
         // call (upstream attempt and retries included) is a large future; moving a box is moving a pointer.
         // Profiles showed these copies as the largest single cost in the proxy's own code.
         let service = hyper::service::service_fn(move |request| {
-            Box::pin(handle(app.clone(), routes, request))
+            Box::pin(handle(app.clone(), routes, peer, request))
         });
         let _slot = self.slot;
         let conn = setup::SetupDeadline::new(conn, self.setup_deadline);
@@ -208,6 +215,7 @@ impl Serving {
 async fn handle(
     app: Arc<App>,
     routes: Routes,
+    peer: std::net::SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let is_grpc = routes == Routes::All
@@ -216,7 +224,14 @@ async fn handle(
             .get(header::CONTENT_TYPE)
             .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
     if is_grpc {
-        return Ok(grpc(&app, request).await);
+        return Ok(grpc(&app, peer, request).await);
+    }
+    // Only on the main port, as etcd's proxy serves them.
+    if routes == Routes::All
+        && app.pprof
+        && request.uri().path().starts_with(crate::profiling::PREFIX)
+    {
+        return Ok(crate::profiling::serve(request.uri().path(), request.uri().query()).await);
     }
     let response = match request.uri().path() {
         "/health" | "/proxy/health" if request.method() == http::Method::GET => {
@@ -262,7 +277,7 @@ fn plain(status: StatusCode, content_type: &'static str, body: String) -> Respon
 }
 
 /// Serves one gRPC call, counting it and translating tonic's size errors into etcd's.
-async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
+async fn grpc(app: &App, peer: std::net::SocketAddr, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_string();
     let labels = RpcLabels::from_path(&path);
     app.metrics
@@ -281,6 +296,10 @@ async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
         inner: body,
         _call: call,
         record: Some(Record {
+            log: app.grpc_logging.then(|| call_log::CallLog {
+                peer,
+                unary: labels.grpc_type == "unary",
+            }),
             metrics: app.metrics.clone(),
             labels,
             started,
@@ -369,6 +388,8 @@ impl RpcLabels {
 }
 
 struct Record {
+    /// `None` without `--experimental-enable-grpc-logging`.
+    log: Option<call_log::CallLog>,
     metrics: Metrics,
     labels: RpcLabels,
     started: Instant,
@@ -392,11 +413,15 @@ impl MeteredBody {
                 .grpc_handled
                 .with_label_values(&[grpc_type, service, method, metrics::code_label(code)])
                 .inc();
+            let elapsed = record.started.elapsed();
             record
                 .metrics
                 .grpc_handling_seconds
                 .with_label_values(&[grpc_type, service, method])
-                .observe(record.started.elapsed().as_secs_f64());
+                .observe(elapsed.as_secs_f64());
+            if let Some(log) = &record.log {
+                log.finished(service, method, code, elapsed);
+            }
         }
     }
 }
