@@ -161,7 +161,10 @@ async fn cpu_profile(query: Option<&str>) -> Response<Body> {
     // Symbolising the samples reads debug information for a while: off the runtime's threads.
     let encoded = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let report = guard.report().build();
+        let report = guard
+            .report()
+            .frames_post_processor(drop_sampler_frames)
+            .build();
         drop(guard);
         let profile = report?.pprof()?;
         Ok::<_, pprof::Error>(pprof::protos::Message::encode_to_vec(&profile))
@@ -194,6 +197,21 @@ async fn cpu_profile(query: Option<&str>) -> Response<Body> {
             &format!("Could not build the CPU profile: {err}"),
         ),
     }
+}
+
+/// Each sample's stack starts (leaf first) with the sampler's own frames, the unwinder called from its signal
+/// handler: without them a profile's leaves are the proxy's code, as Go's are its program's.
+fn drop_sampler_frames(frames: &mut pprof::Frames) {
+    let sampler = frames
+        .frames
+        .iter()
+        .take_while(|symbols| symbols.iter().any(|symbol| is_sampler(&symbol.name())))
+        .count();
+    frames.frames.drain(..sampler);
+}
+
+fn is_sampler(function: &str) -> bool {
+    function.starts_with("backtrace::") || function.contains("pprof::backtrace::")
 }
 
 /// The process has one CPU profiler (one SIGPROF timer): whoever holds this slot may run it.
@@ -261,6 +279,32 @@ mod tests {
         }
         let refused = profile_seconds(Some("seconds=301")).unwrap_err();
         assert!(refused.contains("300 seconds"), "{refused}");
+    }
+
+    #[test]
+    fn the_samplers_own_frames_are_dropped() {
+        let symbol = |name: &str| pprof::Symbol {
+            name: Some(name.as_bytes().to_vec()),
+            addr: None,
+            lineno: None,
+            filename: None,
+        };
+        let mut frames = pprof::Frames {
+            frames: vec![
+                vec![symbol("backtrace::backtrace::trace_unsynchronized")],
+                vec![symbol(
+                    "<pprof::backtrace::backtrace_rs::Trace as pprof::backtrace::Trace>::trace",
+                )],
+                vec![symbol("proxy::server::handle")],
+                vec![symbol("backtrace::not_a_leaf")],
+            ],
+            thread_name: "main".into(),
+            thread_id: 1,
+            sample_timestamp: std::time::UNIX_EPOCH,
+        };
+        drop_sampler_frames(&mut frames);
+        let names: Vec<_> = frames.frames.iter().map(|f| f[0].name()).collect();
+        assert_eq!(names, ["proxy::server::handle", "backtrace::not_a_leaf"]);
     }
 
     #[test]
