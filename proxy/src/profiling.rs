@@ -156,7 +156,7 @@ async fn cpu_profile(query: Option<&str>) -> Response<Body> {
             );
         }
     };
-    // A client that goes away drops this future, and with it the guard: the profiler stops, as Go's does.
+    // Should the server drop this future (its connection ended), the guard goes with it and the profiler stops.
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     // Symbolising the samples reads debug information for a while: off the runtime's threads.
     let encoded = tokio::task::spawn_blocking(move || {

@@ -558,14 +558,11 @@ mod tests {
     #[test]
     fn unsupported_flags_are_accepted_only_at_their_default() {
         parse_ok(&["start", "--experimental-leasing-prefix="]);
-        for flag in ["--experimental-leasing-prefix=/l"] {
-            let err = parse_err(&["start", flag]);
-            let name = flag.trim_start_matches("--").split('=').next().unwrap();
-            assert!(
-                err.contains("not supported yet") && err.contains(name),
-                "{flag}: {err}"
-            );
-        }
+        let err = parse_err(&["start", "--experimental-leasing-prefix=/l"]);
+        assert!(
+            err.contains("not supported yet") && err.contains("experimental-leasing-prefix"),
+            "{err}"
+        );
     }
 
     #[test]
