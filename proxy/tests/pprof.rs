@@ -1,12 +1,14 @@
 //! `--enable-pprof`: `/debug/pprof/` on the client port as etcd's Go proxy serves it. A CPU profile taken while
 //! clients keep the proxy busy is one Go's own `go tool pprof` reads and that names the proxy's functions; one
-//! profile runs at a time; the paths are 404 without the flag and on `--metrics-addr`.
+//! profile runs at a time; the paths are 404 without the flag and on `--metrics-addr`; an unknown profile and a busy
+//! profiler are answered in the words of etcd's Go proxy, run beside it.
 
 mod support;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::{PutRequest, RangeRequest};
@@ -239,4 +241,69 @@ async fn without_the_flag_the_paths_are_not_found() {
             "{path}"
         );
     }
+}
+
+/// etcd's Go proxy of `binaries`' version with `--enable-pprof` in front of `upstream`, ready; its data and log in
+/// `dir`.
+async fn go_proxy(
+    binaries: &testkit::Binaries,
+    upstream: &str,
+    dir: &std::path::Path,
+) -> (testkit::process::Process, String) {
+    let addr = format!("127.0.0.1:{}", testkit::free_port());
+    let mut cmd = std::process::Command::new(&binaries.etcd);
+    // Its own address as the advertise URL: etcd 3.5.30's proxy dials that at start.
+    cmd.args(["grpc-proxy", "start", "--enable-pprof"])
+        .arg(format!("--endpoints={upstream}"))
+        .arg(format!("--listen-addr={addr}"))
+        .arg(format!("--advertise-client-url={addr}"))
+        .arg(format!("--data-dir={}", dir.join("go-proxy").display()));
+    let mut process =
+        testkit::process::Process::spawn("etcd's Go grpc-proxy", cmd, &dir.join("go-proxy.log"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    process
+        .wait_http(&addr, "/health", Duration::from_secs(60), |code, _| {
+            code == 200
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    (process, addr)
+}
+
+/// What a proxy at `addr` answers to an unknown profile, and to two CPU profiles asked for at once (sorted by
+/// status, profile bytes left out).
+async fn refusals(addr: &str) -> Vec<Result<(u16, String), String>> {
+    let unknown = http::get(addr, "/debug/pprof/no-such-profile").await;
+    let first = http::get(addr, "/debug/pprof/profile?seconds=2");
+    let second = http::get(addr, "/debug/pprof/profile?seconds=2");
+    let (first, second) = tokio::join!(first, second);
+    let mut both = [first, second].map(|answer| {
+        answer.map(|(status, body)| (status, if status == 200 { String::new() } else { body }))
+    });
+    both.sort();
+    [vec![unknown], both.to_vec()].concat()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_profiles_and_a_busy_profiler_are_answered_as_etcds_go_proxy_answers() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_go, go_addr) = go_proxy(&binaries, &etcd.endpoint(0), dir.path()).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &["--enable-pprof"]).await;
+    let go = refusals(&go_addr).await;
+    assert_eq!(
+        go[1..],
+        [
+            Ok((200, String::new())),
+            Ok((
+                500,
+                "Could not enable CPU profiling: cpu profiling already in use\n".to_string()
+            ))
+        ],
+        "etcd's Go proxy"
+    );
+    assert_eq!(refusals(&proxy.addr()).await, go);
 }
