@@ -234,6 +234,10 @@ pub struct Config {
     pub seed: u64,
     /// How long graceful shutdown waits for in-flight calls before closing connections.
     pub shutdown_grace: Duration,
+    /// `--enable-pprof`: `/debug/pprof/` on the main port.
+    pub enable_pprof: bool,
+    /// `--experimental-enable-grpc-logging`: one log line per gRPC call at its end.
+    pub grpc_logging: bool,
 }
 
 impl Config {
@@ -276,6 +280,8 @@ impl Config {
             resolver: None,
             seed,
             shutdown_grace: Duration::from_secs(10),
+            enable_pprof: false,
+            grpc_logging: false,
         }
     }
 }

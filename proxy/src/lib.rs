@@ -20,6 +20,7 @@
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and `/proxy/health`, and the Prometheus registry of one running proxy
 //!   (`/proxy/metrics`; `/metrics` relays etcd's, see [`server`]).
+//! - [`profiling`]: `--enable-pprof`'s `/debug/pprof/` (CPU profiles in pprof's format, runtime counts).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
 //! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
 //!   parses, logs, looks up SRV records and calls [`run`].
@@ -40,6 +41,7 @@ pub mod leasing;
 pub mod metrics;
 pub mod namespace;
 pub mod net;
+pub mod profiling;
 pub mod rpc;
 pub mod server;
 pub mod tls;
@@ -153,6 +155,8 @@ impl BoundProxy {
                 self.local_addr,
                 self.server_tls.clone(),
             ),
+            pprof: self.config.enable_pprof,
+            grpc_logging: self.config.grpc_logging,
         });
         if let Some(listener) = self.metrics_listener {
             let metrics_port = server::Port {

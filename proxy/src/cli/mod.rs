@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+use clap::{Args, Command, FromArgMatches};
 
 mod discovery;
 pub mod srv;
@@ -115,6 +115,13 @@ struct StartArgs {
     /// per core, for loads one core cannot carry
     #[arg(long, default_value_t = 1)]
     worker_threads: usize,
+    /// Serve CPU profiles and runtime counts under /debug/pprof/ on the client port (not on --metrics-addr)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    enable_pprof: bool,
+    /// Log one line per gRPC call when it ends: service, method, status code, duration, peer (no request or
+    /// response contents)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    experimental_enable_grpc_logging: bool,
     #[command(flatten)]
     tls: tls::TlsArgs,
     #[command(flatten)]
@@ -122,12 +129,6 @@ struct StartArgs {
     #[command(flatten)]
     srv: srv::SrvArgs,
 }
-
-/// etcd's proxy flags that this proxy does not implement yet, with the default at which each changes nothing.
-const NOT_YET_SUPPORTED: &[(&str, &str)] = &[
-    ("enable-pprof", "false"),
-    ("experimental-enable-grpc-logging", "false"),
-];
 
 /// What the command line asked for.
 #[derive(Debug)]
@@ -146,18 +147,7 @@ pub struct Cli {
 }
 
 fn command() -> Command {
-    let mut start = StartArgs::augment_args(Command::new("start")).about("Start the gRPC proxy");
-    for (name, default) in NOT_YET_SUPPORTED {
-        let mut arg = Arg::new(*name)
-            .long(*name)
-            .action(ArgAction::Set)
-            .default_value(*default)
-            .hide(true);
-        if *default == "false" {
-            arg = arg.num_args(0..=1).default_missing_value("true");
-        }
-        start = start.arg(arg);
-    }
+    let start = StartArgs::augment_args(Command::new("start")).about("Start the gRPC proxy");
     Command::new("etcd-grpc-proxy")
         .about("A drop-in replacement for `etcd grpc-proxy start`")
         .version(env!("CARGO_PKG_VERSION"))
@@ -179,26 +169,10 @@ where
         .subcommand_matches("start")
         .expect("start is the only subcommand and it is required");
     let invalid = |msg: String| cmd.clone().error(clap::error::ErrorKind::InvalidValue, msg);
-    reject_unsupported(start).map_err(invalid)?;
     let endpoints_on_command_line =
         start.value_source("endpoints") == Some(clap::parser::ValueSource::CommandLine);
     let args = StartArgs::from_arg_matches(start)?;
     into_config(args, endpoints_on_command_line, os_seed).map_err(invalid)
-}
-
-fn reject_unsupported(matches: &ArgMatches) -> Result<(), String> {
-    for (name, default) in NOT_YET_SUPPORTED {
-        let value = matches
-            .get_one::<String>(name)
-            .map(String::as_str)
-            .unwrap_or(default);
-        if value != *default {
-            return Err(format!(
-                "flag --{name} is not supported yet by etcd-grpc-proxy (given {value:?}; only its default {default:?} is accepted)"
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn into_config(
@@ -275,6 +249,8 @@ fn into_config(
     }
     config.watch_buffer_size = args.watch_buffer_size;
     config.watch_max_join_lag = i64::from(args.watch_max_join_lag);
+    config.enable_pprof = args.enable_pprof;
+    config.grpc_logging = args.experimental_enable_grpc_logging;
     let password = password(
         args.password,
         args.password_file,
@@ -556,16 +532,27 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_flags_are_accepted_only_at_their_default() {
-        parse_ok(&["start", "--enable-pprof=false"]);
-        for flag in ["--enable-pprof", "--experimental-enable-grpc-logging=true"] {
-            let err = parse_err(&["start", flag]);
-            let name = flag.trim_start_matches("--").split('=').next().unwrap();
-            assert!(
-                err.contains("not supported yet") && err.contains(name),
-                "{flag}: {err}"
-            );
+    fn pprof_and_grpc_logging_are_off_unless_asked_for() {
+        let config = parse_ok(&["start"]).config;
+        assert!(!config.enable_pprof && !config.grpc_logging);
+        for args in [
+            &[
+                "start",
+                "--enable-pprof",
+                "--experimental-enable-grpc-logging",
+            ][..],
+            &[
+                "start",
+                "--enable-pprof=true",
+                "--experimental-enable-grpc-logging=true",
+            ],
+        ] {
+            let config = parse_ok(args).config;
+            assert!(config.enable_pprof && config.grpc_logging, "{args:?}");
         }
+        let config = parse_ok(&["start", "--enable-pprof=false"]).config;
+        assert!(!config.enable_pprof);
+        assert!(parse_err(&["start", "--enable-pprof=maybe"]).contains("maybe"));
     }
 
     #[test]

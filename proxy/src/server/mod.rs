@@ -1,14 +1,17 @@
 //! One listener for everything: gRPC (HTTP/2) and the admin routes (HTTP/1.1 and HTTP/2), told apart per request:
 //! `/health` (etcd's health through the proxy's upstream path), `/proxy/health` (the proxy checked through its own
-//! listener), `/metrics` (etcd's metrics, relayed from the active member), `/proxy/metrics` (the proxy's own). Also
-//! the per-RPC metrics and graceful shutdown.
+//! listener), `/metrics` (etcd's metrics, relayed from the active member), `/proxy/metrics` (the proxy's own), and
+//! `/debug/pprof/` with `--enable-pprof` ([`crate::profiling`]). Also the per-RPC metrics, the per-call log lines,
+//! and graceful shutdown.
 //!
+//! - [`call_log`]: `--experimental-enable-grpc-logging`'s line for each call, written where the metrics record it.
 //! - [`limits`]: how many client connections and calls are taken at once.
 //! - [`setup`]: the deadline by which a new connection must have sent its HTTP/2 preface or HTTP/1.1 request head.
 //! - [`ping_guard`]: each client connection's HTTP/2 frames watched for pings that come too often
 //!   ([`ping_policy`], grpc-go's rules), [`frames`] finding their headers.
 
 // The frame follower and the ping guard read bytes from clients: the fuzz targets (`fuzzing`) reach them too.
+mod call_log;
 pub(crate) mod frames;
 mod limits;
 pub(crate) mod ping_guard;
@@ -49,6 +52,10 @@ pub struct App {
     pub limits: Limits,
     /// `/proxy/health`'s client of the main listener.
     pub own_health: crate::health::OwnHealth,
+    /// `--enable-pprof`: `/debug/pprof/` is served on the main port.
+    pub pprof: bool,
+    /// `--experimental-enable-grpc-logging`: each call is logged when it ends.
+    pub grpc_logging: bool,
 }
 
 /// What a listener serves.
@@ -181,7 +188,7 @@ impl Serving {
         // call (upstream attempt and retries included) is a large future; moving a box is moving a pointer.
         // Profiles showed these copies as the largest single cost in the proxy's own code.
         let service = hyper::service::service_fn(move |request| {
-            Box::pin(handle(app.clone(), routes, request))
+            Box::pin(handle(app.clone(), routes, peer, request))
         });
         let _slot = self.slot;
         let conn = setup::SetupDeadline::new(conn, self.setup_deadline);
@@ -212,6 +219,7 @@ impl Serving {
 async fn handle(
     app: Arc<App>,
     routes: Routes,
+    peer: std::net::SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let is_grpc = routes == Routes::All
@@ -220,7 +228,14 @@ async fn handle(
             .get(header::CONTENT_TYPE)
             .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
     if is_grpc {
-        return Ok(grpc(&app, request).await);
+        return Ok(grpc(&app, peer, request).await);
+    }
+    // Only on the main port, as etcd's proxy serves them.
+    if routes == Routes::All
+        && app.pprof
+        && request.uri().path().starts_with(crate::profiling::PREFIX)
+    {
+        return Ok(crate::profiling::serve(request.uri().path(), request.uri().query()).await);
     }
     let get = request.method() == http::Method::GET;
     let response = match request.uri().path() {
@@ -288,7 +303,7 @@ fn plain(status: StatusCode, content_type: &'static str, body: String) -> Respon
 }
 
 /// Serves one gRPC call, counting it and translating tonic's size errors into etcd's.
-async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
+async fn grpc(app: &App, peer: std::net::SocketAddr, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path().to_string();
     let labels = RpcLabels::from_path(&path);
     app.metrics
@@ -307,6 +322,10 @@ async fn grpc(app: &App, request: Request<Incoming>) -> Response<Body> {
         inner: body,
         _call: call,
         record: Some(Record {
+            log: app.grpc_logging.then(|| call_log::CallLog {
+                peer,
+                unary: labels.grpc_type == "unary",
+            }),
             metrics: app.metrics.clone(),
             labels,
             started,
@@ -395,6 +414,8 @@ impl RpcLabels {
 }
 
 struct Record {
+    /// `None` without `--experimental-enable-grpc-logging`.
+    log: Option<call_log::CallLog>,
     metrics: Metrics,
     labels: RpcLabels,
     started: Instant,
@@ -418,11 +439,15 @@ impl MeteredBody {
                 .grpc_handled
                 .with_label_values(&[grpc_type, service, method, metrics::code_label(code)])
                 .inc();
+            let elapsed = record.started.elapsed();
             record
                 .metrics
                 .grpc_handling_seconds
                 .with_label_values(&[grpc_type, service, method])
-                .observe(record.started.elapsed().as_secs_f64());
+                .observe(elapsed.as_secs_f64());
+            if let Some(log) = &record.log {
+                log.finished(service, method, code, elapsed);
+            }
         }
     }
 }
