@@ -40,7 +40,7 @@ async fn list(channel: &Channel) -> Vec<Member> {
 }
 
 /// The leader's ID, as member `channel` reports it (0: none known).
-async fn leader(channel: &Channel) -> u64 {
+async fn leader_of(channel: &Channel) -> u64 {
     MaintenanceClient::new(channel.clone())
         .status(StatusRequest {})
         .await
@@ -69,7 +69,7 @@ async fn member_calls_take_the_ids_member_list_shows_through_the_proxy() {
     for round in 0..2 {
         for transferee in listed.iter().map(|m| m.id) {
             let current = wait_for("a leader", SETTLE, || async {
-                match leader(&direct).await {
+                match leader_of(&direct).await {
                     0 => Err("no leader yet".to_string()),
                     id => Ok(id),
                 }
@@ -87,7 +87,7 @@ async fn member_calls_take_the_ids_member_list_shows_through_the_proxy() {
                     panic!("round {round}: move leadership to {transferee:x}: {e}")
                 });
             wait_for("the new leader", SETTLE, || async {
-                match leader(&direct).await {
+                match leader_of(&direct).await {
                     id if id == transferee => Ok(()),
                     id => Err(format!("leader {id:x}, asked for {transferee:x}")),
                 }
@@ -168,4 +168,38 @@ async fn etcdctl_member_list_and_move_leader_work_through_the_proxy() {
         moved.contains(&format!("Leadership transferred from {id} to {id}")),
         "{moved}"
     );
+}
+
+/// What the `etcd-client` crate's own test of MoveLeader does, through the proxy in front of three members: list
+/// the members, ask Status for the leader, and move leadership to the first listed member that does not lead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_client_crates_move_leader_works_through_the_proxy() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let cluster = support::cluster(&binaries, 3, &[]).await;
+    let proxy = support::proxy::start(&cluster.endpoints(), &[]).await;
+    let mut client = etcd_client::Client::connect([proxy.addr()], None)
+        .await
+        .expect("connect");
+    let listed = client.member_list().await.expect("member list");
+    let leader = client.status().await.expect("status").leader();
+    let transferee = listed
+        .members()
+        .iter()
+        .map(|m| m.id())
+        .find(|&id| id != leader)
+        .expect("a member that does not lead");
+    client
+        .move_leader(transferee)
+        .await
+        .unwrap_or_else(|e| panic!("move leadership from {leader:x} to {transferee:x}: {e}"));
+    let direct = support::grpc::channel(&cluster.addr(0)).await;
+    wait_for("the new leader", SETTLE, || async {
+        match leader_of(&direct).await {
+            id if id == transferee => Ok(()),
+            id => Err(format!("leader {id:x}, asked for {transferee:x}")),
+        }
+    })
+    .await;
 }
