@@ -45,6 +45,8 @@ pub struct Place {
     pub dir: String,
     /// Read on etcd itself after the run; `None` where no etcd stands behind the target (the model).
     pub stored: Option<Stored>,
+    /// The storage version to wait for before the first step (`@storage-version-settled`, etcd 3.6 on).
+    pub storage_version: Option<&'static str>,
 }
 
 /// Where etcd itself keeps the keys a run writes: read after the run on etcd, not through the target, so that
@@ -57,6 +59,34 @@ pub struct Stored {
     /// Read every key etcd holds (a fresh etcd of the run's own), not only those under `root`: a key outside
     /// it shows as it is.
     pub whole_keyspace: bool,
+}
+
+/// Runs `args` (unrecorded) until its stdout contains `text` (`present`) or no longer does, within
+/// [`SYNC_TIMEOUT`].
+async fn until(ctl: &Etcdctl, args: &[String], text: &str, present: bool) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
+    loop {
+        let out = ctl.run(args, None).await;
+        if out.code == Some(0) && out.stdout.contains(text) == present {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "condition not met within {SYNC_TIMEOUT:?}; last: {out:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until etcd's Status reports storage version `version`, which etcd 3.6+ settles on a few seconds after
+/// start (reporting none, then an older one, until then).
+async fn settle_storage_version(ctl: &Etcdctl, version: &str) -> Result<(), String> {
+    let args = ["endpoint", "status", "-w", "json"].map(String::from);
+    let text = format!("\"storageVersion\":\"{version}\"");
+    until(ctl, &args, &text, true)
+        .await
+        .map_err(|e| format!("waiting for storage version {version}: {e}"))
 }
 
 /// One run of a scenario on one target.
@@ -101,6 +131,9 @@ fn keep_lines(s: &str, n: usize) -> String {
 /// a placeholder was unknown, etcd could not be read afterwards); differing output is not an error here but a
 /// different transcript.
 pub async fn run(scenario: &Scenario, place: &Place) -> Result<Played, String> {
+    if let Some(version) = place.storage_version {
+        settle_storage_version(&place.ctl, version).await?;
+    }
     let base = current_revision(&place.ctl, &place.prefix).await?;
     let mut norm = Normalizer::new(place.prefix.clone(), place.dir.clone(), base);
     let mut bg: BTreeMap<String, Background> = BTreeMap::new();
@@ -178,19 +211,9 @@ pub async fn run(scenario: &Scenario, place: &Place) -> Result<Played, String> {
             } => {
                 let args = resolve_all(&norm, args).map_err(at)?;
                 let text = norm.resolve(text).map_err(at)?;
-                let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-                loop {
-                    let out = place.ctl.run(&args, None).await;
-                    if out.code == Some(0) && out.stdout.contains(&text) == *present {
-                        break;
-                    }
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(at(format!(
-                            "condition not met within {SYNC_TIMEOUT:?}; last: {out:?}"
-                        )));
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                until(&place.ctl, &args, &text, *present)
+                    .await
+                    .map_err(at)?;
             }
         }
     }

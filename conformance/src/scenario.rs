@@ -7,6 +7,8 @@
 //! @own-etcd                          it changes cluster-wide state: give it a fresh etcd of its own
 //! @model-unsupported: <reason>       the sim's model etcd does not implement this (listed in the report)
 //! @container-unsupported: <reason>   etcd in a container cannot run it reliably (listed in the report)
+//! @storage-version-settled           before its first step, wait until etcd (3.6 on) reports the storage version
+//!                                    it settles on a few seconds after start (a snapshot's header carries it)
 //! $ put <P>a 1                       run `etcdctl put <P>a 1`, record its exit code, stdout and stderr
 //! $ txn -w json <<EOF                ... with the lines up to `EOF` on its stdin
 //! & w1 $ watch <P>a                  start `etcdctl watch <P>a` in the background, named w1
@@ -89,6 +91,8 @@ pub struct Scenario {
     pub path: PathBuf,
     pub description: String,
     pub own_etcd: bool,
+    /// Waits for etcd's settled storage version before its first step (`@storage-version-settled`).
+    pub storage_version_settled: bool,
     /// Why the model etcd cannot run it, if it cannot.
     pub model_unsupported: Option<String>,
     /// Why the testcontainers backend cannot run it, if it cannot (the process backends still do).
@@ -108,6 +112,7 @@ impl Scenario {
             path: path.to_path_buf(),
             description: String::new(),
             own_etcd: false,
+            storage_version_settled: false,
             model_unsupported: None,
             container_unsupported: None,
             lines: Vec::new(),
@@ -133,6 +138,10 @@ impl Scenario {
             in_header = false;
             if line == "@own-etcd" {
                 sc.own_etcd = true;
+                continue;
+            }
+            if line == "@storage-version-settled" {
+                sc.storage_version_settled = true;
                 continue;
             }
             if let Some(reason) = line.strip_prefix("@model-unsupported:") {
@@ -348,6 +357,7 @@ mod tests {
         let text = r#"# Checks a thing.
 # Second line.
 @own-etcd
+@storage-version-settled
 @model-unsupported: no auth in the model
 @container-unsupported: flaky in a container
 $ put <P>a "hello world"
@@ -368,6 +378,7 @@ until-not "x" $ get <P>a
         let sc = Scenario::parse("kv/x", Path::new("x.scn"), text).unwrap();
         assert_eq!(sc.description, "Checks a thing. Second line.");
         assert!(sc.own_etcd);
+        assert!(sc.storage_version_settled);
         assert_eq!(
             sc.model_unsupported.as_deref(),
             Some("no auth in the model")

@@ -180,6 +180,10 @@ fn place(
         prefix,
         dir: scratch(root, sc, lane),
         stored,
+        // Only a real etcd settles one (the model has no storage version).
+        storage_version: (sc.storage_version_settled && etcd.is_some())
+            .then(|| binaries.version.storage_version())
+            .flatten(),
     }
 }
 

@@ -46,6 +46,16 @@ impl Version {
         }
     }
 
+    /// The storage version etcd settles on a few seconds after start (3.6 on; earlier ones have none): until then
+    /// a fresh etcd reports none or an older one, in Status and in a snapshot's header.
+    pub fn storage_version(self) -> Option<&'static str> {
+        match self {
+            Version::V3_4_23 | Version::V3_5_1 | Version::V3_5_30 => None,
+            Version::V3_6_16 => Some("3.6.0"),
+            Version::V3_7_3 => Some("3.7.0"),
+        }
+    }
+
     pub fn parse(text: &str) -> Option<Version> {
         Version::ALL.into_iter().find(|v| v.name() == text)
     }
