@@ -317,7 +317,8 @@ async fn cluster_and_maintenance_commands_match_direct_etcd() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    // MemberList passes through only without an advertised URL (by default it lists the proxy: see discovery.rs).
+    // MemberList passes through unchanged only without an advertised URL (by default its client URLs are the
+    // proxy's: see member_ids.rs).
     let mut c = Compare::start(&binaries, &["--advertise-client-url="]).await;
     c.ok(&["put", "a", "1"]).await;
     c.ok(&["put", "b", "2"]).await;

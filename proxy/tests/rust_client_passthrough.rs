@@ -599,7 +599,8 @@ async fn member_list_and_status_match_direct_etcd() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    // MemberList passes through only without an advertised URL (by default it lists the proxy: see discovery.rs).
+    // MemberList passes through unchanged only without an advertised URL (by default its client URLs are the
+    // proxy's: see member_ids.rs).
     let p = Pair::start(&binaries, &["--advertise-client-url="]).await;
     let a = cluster_and_status(&p.direct).await;
     let b = cluster_and_status(&p.other).await;
