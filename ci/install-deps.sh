@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently: etcd 3.4.23 (server and etcdctl, from Debian), protoc and the
 # well-known .proto files (the etcd-client crate's build script needs both), curl (with HTTP/2) and openssl (the TLS tests
-# read served certificates with `openssl s_client`). Safe to run again; installs only what is missing.
+# read served certificates with `openssl s_client`), systemd-analyze (verifies deploy/systemd's unit). Safe to run again; installs only what is missing.
 set -euo pipefail
 
 need=()
@@ -11,6 +11,7 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""

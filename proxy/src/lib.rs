@@ -23,7 +23,8 @@
 //! - [`profiling`]: `--enable-pprof`'s `/debug/pprof/` (CPU profiles in pprof's format, runtime counts).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
 //! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
-//!   parses, logs, looks up SRV records and calls [`run`].
+//!   parses, logs, looks up SRV records, serves a [`BoundProxy`] and tells systemd when it serves and stops
+//!   (`systemd.rs`, beside `main.rs`).
 //!
 //! Rules that keep the proxy simulable: sockets only through [`net::Net`], time only through `tokio::time`,
 //! randomness only from the seed in [`Config`].
@@ -115,6 +116,16 @@ impl BoundProxy {
 
     /// Serves until `shutdown` completes, then shuts down gracefully.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+        self.serve_telling(shutdown, || {}).await
+    }
+
+    /// [`BoundProxy::serve`], calling `ready` once the proxy serves: everything it serves with is set up and its
+    /// listeners are bound, so a client that connects from then on is answered (the binary tells systemd).
+    pub async fn serve_telling(
+        self,
+        shutdown: impl Future<Output = ()>,
+        ready: impl FnOnce(),
+    ) -> Result<(), StartError> {
         let metrics = metrics::Metrics::new(prometheus::Registry::new())?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let upstream = upstream::Upstream::new(
@@ -178,6 +189,7 @@ impl BoundProxy {
         };
         let serving = server::serve(main_port, app, &self.config, stop_rx);
         tokio::pin!(serving);
+        ready();
         tokio::select! {
             biased;
             _ = &mut serving => {}

@@ -1,7 +1,8 @@
 //! `etcd-grpc-proxy start ...`: parses etcd's flags, sets up logging, looks the endpoints up in DNS for
-//! `--discovery-srv`, and runs the proxy until SIGTERM or SIGINT.
+//! `--discovery-srv`, and runs the proxy until SIGTERM or SIGINT, telling systemd when it serves and when it stops.
 
 mod srv_sockets;
+mod systemd;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -61,7 +62,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    match runtime.block_on(proxy::run(config, Arc::new(TokioNet), shutdown_signal())) {
+    let served = runtime.block_on(async {
+        // Signals are caught from here on: a SIGTERM right after READY=1 is a graceful shutdown too.
+        let signal = shutdown_signal();
+        let shutdown = async {
+            signal.await;
+            systemd::notify(systemd::STOPPING);
+        };
+        proxy::BoundProxy::bind(config, Arc::new(TokioNet))
+            .await?
+            .serve_telling(shutdown, || systemd::notify(systemd::READY))
+            .await
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("etcd-grpc-proxy: {err}");
@@ -121,18 +134,22 @@ fn os_seed() -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-async fn shutdown_signal() {
+/// Catches SIGTERM and SIGINT from the call on (inside the runtime); completes when one arrives.
+fn shutdown_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop the proxy with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        biased;
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot install signal handlers; stop the proxy with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            biased;
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }
