@@ -246,6 +246,54 @@ fn next_non_space(chars: &[char], from: usize) -> Option<char> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A PromQL expression built from metric names, label names that could pass for metric names, functions,
+    /// aggregations, matchers, ranges and binary operators, with the set of metric names it reads.
+    fn expression() -> impl Strategy<Value = (String, BTreeSet<String>)> {
+        // PromQL's keywords cannot name a metric.
+        let name = "[a-z][a-z_]{0,6}(_total|_bucket)?".prop_filter("a keyword", |name: &String| {
+            !KEYWORDS.contains(&name.as_str()) && !LABEL_LIST_KEYWORDS.contains(&name.as_str())
+        });
+        let label = "[a-z][a-z_]{0,6}";
+        let leaf = (name, label, "[a-z ,}{]{0,4}", any::<bool>()).prop_map(
+            |(metric, label, value, ranged)| {
+                let selector = format!("{metric}{{{label}=~\"{value}\"}}");
+                let expr = if ranged {
+                    format!("rate({selector}[$__rate_interval])")
+                } else {
+                    format!("{selector} offset 5m")
+                };
+                (expr, BTreeSet::from([metric]))
+            },
+        );
+        leaf.prop_recursive(4, 24, 2, move |inner| {
+            let labels = prop::collection::vec(label, 1..3).prop_map(|l| l.join(", "));
+            prop_oneof![
+                (labels.clone(), inner.clone())
+                    .prop_map(|(l, (e, n))| (format!("sum by ({l}) ({e})"), n)),
+                (labels.clone(), inner.clone())
+                    .prop_map(|(l, (e, n))| (format!("max({e}) without ({l})"), n)),
+                inner
+                    .clone()
+                    .prop_map(|(e, n)| (format!("histogram_quantile(0.99, {e})"), n)),
+                inner
+                    .clone()
+                    .prop_map(|(e, n)| (format!("({e}) > bool 1e-3"), n)),
+                (inner.clone(), labels, inner).prop_map(|((a, mut n), l, (b, m))| {
+                    n.extend(m);
+                    (format!("{a} / on ({l}) group_left ({l}) {b}"), n)
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn metric_names_are_exactly_the_selectors_names((expr, names) in expression()) {
+            prop_assert_eq!(metric_names(&expr), Ok(names), "{}", expr);
+        }
+    }
 
     fn names(expr: &str) -> Vec<String> {
         metric_names(expr).unwrap().into_iter().collect()
