@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently: etcd 3.4.23 (server and etcdctl, from Debian), protoc and the
 # well-known .proto files (the etcd-client crate's build script needs both), curl (with HTTP/2) and openssl (the TLS tests
-# read served certificates with `openssl s_client`), systemd-analyze (verifies deploy/systemd's unit). Safe to run again; installs only what is missing.
+# read served certificates with `openssl s_client`), systemd-analyze (verifies deploy/systemd's unit) and promtool
+# (proxy/tests/deploy_metrics.rs checks deploy/'s alerting rules with it; taken out of Debian's `prometheus` package
+# without installing the server and its service). Safe to run again; installs only what is missing.
 set -euo pipefail
 
 need=()
@@ -21,6 +23,19 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+if ! command -v promtool >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: promtool"
+  deb_dir=$(mktemp -d)
+  $sudo apt-get update -qq
+  (cd "$deb_dir" && apt-get download -qq prometheus)
+  dpkg-deb -x "$deb_dir"/prometheus_*.deb "$deb_dir/root"
+  $sudo install -m 0755 "$deb_dir/root/usr/bin/promtool" /usr/local/bin/promtool
+  rm -rf "$deb_dir"
+fi
+
 etcd --version | sed -n 1p  # sed reads all input: head would close the pipe early, and pipefail turns the SIGPIPE into a failure
 etcdctl version | sed -n 1p
 protoc --version
+promtool --version 2>&1 | sed -n 1p
