@@ -15,6 +15,7 @@ use std::fmt::{self, Write as _};
 use time::OffsetDateTime;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_log::NormalizeEvent;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
@@ -56,9 +57,14 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let mut fields = Fields::default();
+        // A record of the `log` crate carries its level, file and line as fields: read them as metadata instead.
+        let normalized = event.normalized_metadata();
+        let mut fields = Fields {
+            from_log_crate: normalized.is_some(),
+            ..Fields::default()
+        };
         event.record(&mut fields);
-        let meta = event.metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
         let mut line = String::with_capacity(128 + fields.rest.len());
         line.push_str("{\"level\":\"");
         line.push_str(level_name(*meta.level()));
@@ -138,9 +144,15 @@ fn push_json_string(line: &mut String, value: &str) {
 struct Fields {
     message: String,
     rest: String,
+    /// The event is a record of the `log` crate, whose `log.*` fields are its metadata, not fields to write.
+    from_log_crate: bool,
 }
 
 impl Fields {
+    fn skipped(&self, field: &Field) -> bool {
+        self.from_log_crate && field.name().starts_with("log.")
+    }
+
     fn key(&mut self, field: &Field) {
         self.rest.push(',');
         push_json_string(&mut self.rest, field.name());
@@ -148,11 +160,17 @@ impl Fields {
     }
 
     fn raw(&mut self, field: &Field, value: impl fmt::Display) {
+        if self.skipped(field) {
+            return;
+        }
         self.key(field);
         let _ = write!(self.rest, "{value}");
     }
 
     fn string(&mut self, field: &Field, value: &str) {
+        if self.skipped(field) {
+            return;
+        }
         self.key(field);
         push_json_string(&mut self.rest, value);
     }
@@ -345,6 +363,27 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["msg"], "a \"message\"\n");
+    }
+
+    #[test]
+    fn records_of_the_log_crate_have_their_own_level_and_caller_and_no_log_fields() {
+        let got = lines(|| {
+            let record = log::Record::builder()
+                .level(log::Level::Warn)
+                .target("rustls::conn")
+                .file(Some("/registry/rustls-0.23.0/src/conn/mod.rs"))
+                .line(Some(42))
+                .args(format_args!("peer sent \"close_notify\""))
+                .build();
+            tracing_log::format_trace(&record).unwrap();
+        });
+        assert_eq!(
+            got,
+            [
+                "{\"level\":\"warn\",\"ts\":\"2026-03-04T05:06:07.000089Z\",\"caller\":\"conn/mod.rs:42\",\
+                 \"msg\":\"peer sent \\\"close_notify\\\"\"}"
+            ]
+        );
     }
 
     #[test]
