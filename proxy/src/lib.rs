@@ -20,6 +20,7 @@
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and `/proxy/health`, and the Prometheus registry of one running proxy
 //!   (`/proxy/metrics`; `/metrics` relays etcd's, see [`server`]).
+//! - [`logging`]: `--log-level`, `--log-outputs`: JSON lines with the field names of etcd's zap logger.
 //! - [`profiling`]: `--enable-pprof`'s `/debug/pprof/` (CPU profiles in pprof's format, runtime counts).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
 //! - [`config`], [`cli`]: etcd's flags → [`Config`] (and `--discovery-srv`'s DNS lookup, `cli::srv`). `main.rs` only
@@ -39,6 +40,7 @@ pub mod fuzzing;
 pub mod health;
 pub mod lease;
 pub mod leasing;
+pub mod logging;
 pub mod metrics;
 pub mod namespace;
 pub mod net;
@@ -181,7 +183,7 @@ impl BoundProxy {
             let (app, config, stop_rx) = (app.clone(), self.config.clone(), stop_rx.clone());
             tokio::spawn(async move { server::serve(metrics_port, app, &config, stop_rx).await });
         }
-        tracing::info!(addr = %self.local_addr, tls = self.server_tls.is_some(), "started gRPC proxy");
+        tracing::info!(address = %self.local_addr, tls = self.server_tls.is_some(), "started gRPC proxy");
         let main_port = server::Port {
             listener: self.listener,
             tls: self.server_tls,

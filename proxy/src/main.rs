@@ -21,15 +21,14 @@ fn main() -> ExitCode {
             };
         }
     };
-    let level = if cli.debug { "debug" } else { "info" };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let outputs = match proxy::logging::LogOutputs::open(&cli.log_outputs) {
+        Ok(outputs) => outputs,
+        Err(err) => {
+            eprintln!("etcd-grpc-proxy: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    proxy::logging::init(cli.log_level, outputs);
     tracing::info!(
         seed = cli.config.seed,
         from_flag = cli.seed_given,

@@ -22,16 +22,22 @@ const NEW_USER_PASSWORD: &str = "bob-pw-never-logged-91e2";
 const KEY: &str = "logged-key-name-never-logged";
 const VALUE: &str = "value-never-logged-5d0b";
 
-/// The fields of each call line in `log` (`key=value` after the message).
+/// The fields of each call line in `log` (JSON lines as etcd's zap logger writes them), numbers as their text.
 fn call_lines(log: &str) -> Vec<HashMap<String, String>> {
     log.lines()
-        .filter(|line| {
-            line.contains(" finished unary call ") || line.contains(" finished streaming call ")
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|line| line.as_object().cloned())
+        .filter(|fields| {
+            let msg = fields.get("msg").and_then(|m| m.as_str()).unwrap_or("");
+            msg.starts_with("finished unary call ") || msg.starts_with("finished streaming call ")
         })
-        .map(|line| {
-            line.split_whitespace()
-                .filter_map(|field| field.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|fields| {
+            fields
+                .into_iter()
+                .map(|(k, v)| match v {
+                    serde_json::Value::String(text) => (k, text),
+                    other => (k, other.to_string()),
+                })
                 .collect()
         })
         .collect()
@@ -142,6 +148,7 @@ async fn each_call_is_one_line_with_method_code_and_duration_and_no_secret() {
         let fields = line_of(&log, method).unwrap();
         assert_eq!(fields["grpc.service"], service, "{fields:?}");
         assert_eq!(fields["grpc.code"], code, "{fields:?}");
+        // A JSON number, as the Go interceptor writes it.
         let ms: f64 = fields["grpc.time_ms"].parse().unwrap_or(-1.0);
         assert!(ms >= 0.0, "grpc.time_ms of {method}: {fields:?}");
         let peer: std::net::SocketAddr = fields["peer.address"]
@@ -149,19 +156,18 @@ async fn each_call_is_one_line_with_method_code_and_duration_and_no_secret() {
             .unwrap_or_else(|e| panic!("peer.address of {method}: {e}: {fields:?}"));
         assert!(peer.ip().is_loopback(), "{fields:?}");
     }
-    let watch = log
-        .lines()
-        .find(|line| line.contains("grpc.method=Watch"))
-        .unwrap();
-    assert!(
-        watch.contains("finished streaming call with code Canceled"),
-        "{watch}"
+    for line in log.lines().filter(|l| l.contains("\"grpc.time_ms\"")) {
+        let fields: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(fields["grpc.time_ms"].is_f64(), "a number: {line}");
+    }
+    let watch = line_of(&log, "Watch").unwrap();
+    assert_eq!(
+        watch["msg"], "finished streaming call with code Canceled",
+        "{watch:?}"
     );
-    let put = log
-        .lines()
-        .find(|line| line.contains("grpc.method=Put"))
-        .unwrap();
-    assert!(put.contains("finished unary call with code OK"), "{put}");
+    let put = line_of(&log, "Put").unwrap();
+    assert_eq!(put["msg"], "finished unary call with code OK", "{put:?}");
+    assert_eq!(put["level"], "info", "{put:?}");
     assert_eq!(
         call_lines(&log)
             .iter()

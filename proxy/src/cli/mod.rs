@@ -23,9 +23,15 @@ struct StartArgs {
     /// Comma-separated etcd endpoints (host:port or http://host:port)
     #[arg(long, default_value = "127.0.0.1:2379")]
     endpoints: String,
-    /// Log at debug level
+    /// Log at debug level (as --log-level=debug)
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     debug: bool,
+    /// Log level: debug, info, warn, error, panic, or fatal (etcd's server flag)
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// Where logs go: default (stderr), stderr, stdout, or file paths, comma-separated (etcd's server flag)
+    #[arg(long, default_value = "default")]
+    log_outputs: String,
     /// Largest message sent to etcd, in bytes
     #[arg(long, default_value_t = crate::config::DEFAULT_MAX_SEND_BYTES)]
     max_send_bytes: usize,
@@ -134,7 +140,10 @@ struct StartArgs {
 #[derive(Debug)]
 pub struct Cli {
     pub config: Config,
-    pub debug: bool,
+    /// `--log-level`, or debug with `--debug`.
+    pub log_level: crate::logging::LogLevel,
+    /// `--log-outputs`; the caller opens the files.
+    pub log_outputs: Vec<crate::logging::outputs::Target>,
     /// Whether the seed came from `--seed` (otherwise the caller drew it from the OS).
     pub seed_given: bool,
     /// `--worker-threads`: 1 for a single-threaded runtime, 0 for one thread per core, else that many.
@@ -206,6 +215,11 @@ fn into_config(
     if args.dial_timeout.is_zero() {
         return Err("--dial-timeout must be greater than 0".into());
     }
+    let mut log_level = crate::logging::LogLevel::parse(&args.log_level)?;
+    if args.debug {
+        log_level = log_level.min(crate::logging::LogLevel::Debug);
+    }
+    let log_outputs = crate::logging::outputs::parse(&args.log_outputs)?;
     let seed_given = args.seed.is_some();
     let mut config = Config::new(endpoints, listen_addr, args.seed.unwrap_or_else(os_seed));
     config.max_send_bytes = args.max_send_bytes;
@@ -263,7 +277,8 @@ fn into_config(
     discovery::apply(args.discovery, &mut config, discovery::host_name())?;
     Ok(Cli {
         config,
-        debug: args.debug,
+        log_level,
+        log_outputs,
         seed_given,
         worker_threads: args.worker_threads,
         max_client_connections: args.max_client_connections,
@@ -442,8 +457,36 @@ mod tests {
         assert_eq!(cli.config.max_recv_bytes, i32::MAX as usize);
         assert_eq!(cli.config.dial_timeout, Duration::from_secs(5));
         assert_eq!(cli.config.seed, 7);
-        assert!(!cli.seed_given && !cli.debug);
+        assert!(!cli.seed_given);
+        assert_eq!(cli.log_level, crate::logging::LogLevel::Info);
+        assert_eq!(cli.log_outputs, [crate::logging::outputs::Target::Stderr]);
         assert_eq!(cli.worker_threads, 1);
+    }
+
+    #[test]
+    fn log_flags_take_etcds_values() {
+        use crate::logging::LogLevel;
+        use crate::logging::outputs::Target;
+        let cli = parse_ok(&[
+            "start",
+            "--log-level=error",
+            "--log-outputs=stdout,/tmp/p.log",
+        ]);
+        assert_eq!(cli.log_level, LogLevel::Error);
+        assert_eq!(
+            cli.log_outputs,
+            [Target::File("/tmp/p.log".into()), Target::Stdout]
+        );
+        // --debug is --log-level=debug whatever the level says.
+        let cli = parse_ok(&["start", "--log-level=warn", "--debug"]);
+        assert_eq!(cli.log_level, LogLevel::Debug);
+        let bad = parse_err(&["start", "--log-level=warning"]);
+        assert!(bad.contains("unrecognized level: \"warning\""), "{bad}");
+        let bad = parse_err(&["start", "--log-outputs=default,stdout"]);
+        assert!(
+            bad.contains("multi logoutput for \"default\" is not supported yet"),
+            "{bad}"
+        );
     }
 
     #[test]
@@ -470,7 +513,8 @@ mod tests {
         assert_eq!(cli.worker_threads, 0);
         assert_eq!(cli.config.endpoints.len(), 2);
         assert_eq!(cli.config.listen_addr.port(), 9);
-        assert!(cli.debug && cli.seed_given);
+        assert!(cli.seed_given);
+        assert_eq!(cli.log_level, crate::logging::LogLevel::Debug);
         assert_eq!(
             (cli.config.max_send_bytes, cli.config.max_recv_bytes),
             (10, 20)
