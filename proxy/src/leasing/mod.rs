@@ -45,7 +45,6 @@ use crate::cache::query::KeyRange;
 use crate::config::Config;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
-use crate::rpc::methods::Repeat;
 use crate::upstream::identity::Identity;
 use crate::upstream::{Forwarded, Retry, Upstream};
 use crate::watch::WatchService;
@@ -139,12 +138,14 @@ impl Leasing {
         }))
     }
 
-    /// Serves one KV call (keys as etcd sees them, inside the namespace).
+    /// Serves one KV call (keys as etcd sees them, inside the namespace). `as_is`: how the call is retried when it
+    /// goes to etcd unchanged (a read, or a write the protocol has nothing to guard in).
     pub async fn serve(
         &self,
         call: KvCall,
         path: PathAndQuery,
         request: Request<Bytes>,
+        as_is: Retry,
     ) -> Result<Response<Bytes>, Status> {
         let forwarded = Forwarded::capture(&request);
         let bytes = request.get_ref().clone();
@@ -180,13 +181,7 @@ impl Leasing {
                 Ok(Response::new(Bytes::from(answer)))
             }
             // Unreadable (etcd judges it), read-only, or only about ownership keys themselves: as it is.
-            _ => {
-                let retry = match call {
-                    KvCall::Txn => Repeat::Txn.retry(request.get_ref())?,
-                    _ => Retry::Write,
-                };
-                self.calls.upstream.unary(retry, path, request).await
-            }
+            _ => self.calls.upstream.unary(as_is, path, request).await,
         }
     }
 

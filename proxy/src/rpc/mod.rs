@@ -137,7 +137,12 @@ impl Rpc {
                 let (leasing, path, keys) = (leasing.clone(), path.clone(), keys.clone());
                 async move {
                     let request = keys.request(request)?;
-                    keys.answer(leasing.serve(call, path, request).await?)
+                    // How the call is retried should it go to etcd as it is.
+                    let as_is = match route {
+                        Route::Unary(repeat) => repeat.retry(request.get_ref())?,
+                        _ => Retry::ReadOnly,
+                    };
+                    keys.answer(leasing.serve(call, path, request, as_is).await?)
                 }
             });
             return self.limited(RawCodec).unary(serve, request).await;
