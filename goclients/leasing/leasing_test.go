@@ -73,20 +73,21 @@ func namespaced(t testing.TB, env *harness.Env) *clientv3.Client {
 	return c
 }
 
-// localReads is the proxy's etcd_grpc_proxy_leasing_local_reads_total.
+// localReads is the proxy's etcd_grpc_proxy_leasing_local_reads_total (its own metrics are on /proxy/metrics;
+// /metrics relays etcd's).
 func localReads(t testing.TB, p *harness.Proxy) float64 {
 	t.Helper()
 	addr := p.Endpoint
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
-	req, err := http.NewRequestWithContext(ctxFor(t, 10*time.Second), "GET", addr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctxFor(t, 10*time.Second), "GET", addr+"/proxy/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
+		t.Fatalf("GET /proxy/metrics: %v", err)
 	}
 	defer resp.Body.Close()
 	text, err := io.ReadAll(resp.Body)
