@@ -28,6 +28,8 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let failed = runtime.block_on(run(filters));
+    // Dropped before exiting, so that whatever a task still holds (processes are killed on drop) goes with it.
+    drop(runtime);
     if failed {
         std::process::exit(1);
     }

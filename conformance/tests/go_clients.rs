@@ -39,7 +39,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    if runtime.block_on(run()) {
+    let failed = runtime.block_on(run());
+    // Dropped before exiting: that drops every task still holding a run's processes (the control endpoint's), and
+    // with them the processes, killed on drop. `exit` alone would leave them running after a failed run.
+    drop(runtime);
+    if failed {
         std::process::exit(1);
     }
 }
