@@ -13,11 +13,11 @@ use proto::etcdserverpb::{
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::{Request, Status};
+use tonic::Status;
 
 use crate::lease::LeaseService;
-use crate::upstream::identity::Identity;
-use crate::upstream::{Retry, Upstream, path};
+use crate::upstream::identity::{Identity, own_token, own_write};
+use crate::upstream::{Upstream, path};
 
 /// The pause before trying again after a step failed (as etcd's Go proxy, at most one attempt a second).
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
@@ -172,10 +172,7 @@ impl Registrar {
 
     /// The proxy's token, if it has an identity (and etcd's auth is on).
     async fn token(&self) -> Result<Option<String>, Status> {
-        match &self.identity {
-            Some(identity) => identity.token(&self.upstream).await,
-            None => Ok(None),
-        }
+        own_token(self.identity.as_ref(), &self.upstream).await
     }
 
     /// A write with the proxy's token, if it has an identity.
@@ -184,16 +181,7 @@ impl Registrar {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        let mut request = Request::new(message);
-        if let Some(token) = self.token().await?
-            && let Ok(token) = token.parse()
-        {
-            request.metadata_mut().insert("token", token);
-        }
-        self.upstream
-            .call(Retry::Write, path, request)
-            .await
-            .map(tonic::Response::into_inner)
+        own_write(self.identity.as_ref(), &self.upstream, path, message).await
     }
 }
 

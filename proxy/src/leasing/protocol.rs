@@ -12,10 +12,10 @@ use proto::etcdserverpb::{
 };
 use proto::mvccpb::event::EventType;
 use tokio::time::Instant;
-use tonic::{Request, Status};
+use tonic::Status;
 
 use crate::lease::LeaseService;
-use crate::upstream::identity::Identity;
+use crate::upstream::identity::{Identity, own_token, own_write};
 use crate::upstream::{Forwarded, Retry, Upstream};
 use crate::watch::{LocalStream, WatchService};
 
@@ -130,10 +130,7 @@ pub fn written_by(txn: &TxnRequest, into: &mut Vec<(Vec<u8>, Vec<u8>)>) {
 impl Calls {
     /// The proxy's own token, if it has an identity.
     async fn token(&self) -> Result<Option<String>, Status> {
-        match &self.identity {
-            Some(identity) => identity.token(&self.upstream).await,
-            None => Ok(None),
-        }
+        own_token(self.identity.as_ref(), &self.upstream).await
     }
 
     /// A call of the proxy's own (the session's lease, giving up an ownership key).
@@ -142,16 +139,7 @@ impl Calls {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        let mut request = Request::new(message);
-        if let Some(token) = self.token().await?
-            && let Ok(token) = token.parse()
-        {
-            request.metadata_mut().insert("token", token);
-        }
-        self.upstream
-            .call(Retry::Write, path, request)
-            .await
-            .map(tonic::Response::into_inner)
+        own_write(self.identity.as_ref(), &self.upstream, path, message).await
     }
 
     /// One renewal of the session's lease.

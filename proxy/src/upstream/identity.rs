@@ -124,6 +124,40 @@ impl Identity {
     }
 }
 
+/// The token of the proxy's own calls: its identity's when it has one (`--user`), none otherwise.
+pub async fn own_token(
+    identity: Option<&Arc<Identity>>,
+    upstream: &Arc<Upstream>,
+) -> Result<Option<String>, Status> {
+    match identity {
+        Some(identity) => identity.token(upstream).await,
+        None => Ok(None),
+    }
+}
+
+/// A write of the proxy's own (a registration, a lease, an ownership key), made with [`own_token`].
+pub async fn own_write<Req, Resp>(
+    identity: Option<&Arc<Identity>>,
+    upstream: &Arc<Upstream>,
+    path: &'static str,
+    message: Req,
+) -> Result<Resp, Status>
+where
+    Req: prost::Message,
+    Resp: prost::Message + Default,
+{
+    let mut request = Request::new(message);
+    if let Some(token) = own_token(identity, upstream).await?
+        && let Ok(token) = token.parse()
+    {
+        request.metadata_mut().insert("token", token);
+    }
+    upstream
+        .call(Retry::Write, path, request)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 fn is_auth_disabled(status: &Status) -> bool {
     status.code() == Code::FailedPrecondition && status.message() == AUTH_NOT_ENABLED
 }
