@@ -4,18 +4,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ci/install-deps.sh
-ci/install-conformance-deps.sh
-cargo fmt --all --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+# step runs a command and prints how long it took, so that the run's time stays in view (CI must end well inside
+# the hour).
+step() {
+  local start=$SECONDS
+  "$@"
+  echo "ci/test.sh: $((SECONDS - start)) s: $*" >&2
+}
+
+step ci/install-deps.sh
+step ci/install-conformance-deps.sh
+step cargo fmt --all --check
+step cargo clippy --workspace --all-targets --locked -- -D warnings
 # Docker only for the test run (the conformance suite's testcontainers backend): a private dockerd, stopped by its
 # pid when this script exits, even on failure. testcontainers-rs starts no Ryuk reaper; the suite removes its
 # containers itself.
 trap 'ci/docker-image.sh stop' EXIT
 eval "$(ci/docker-image.sh start)"
 export TESTCONTAINERS_RYUK_DISABLED=true
-cargo test --workspace --locked
-ci/fuzz.sh libfuzzer 15 # every coverage-guided fuzz target of fuzz/ for 15 s, on a copy of its seed corpus
+step cargo test --workspace --locked
+step ci/fuzz.sh libfuzzer 15 # every coverage-guided fuzz target of fuzz/ for 15 s, on a copy of its seed corpus
 # The proxy's own integration tests run on the newest etcd, 3.7.3 (built from its Go modules by
 # ci/install-etcd-go.sh; the default of TESTKIT_ETCD_VERSION), and the conformance suite on all five versions. The
 # version-sensitive ones run again on 3.4.23, 3.5.30 and 3.6.16: the watch-auth ones depend on how each etcd version
@@ -29,8 +37,8 @@ ci/fuzz.sh libfuzzer 15 # every coverage-guided fuzz target of fuzz/ for 15 s, o
 # first) run again on 3.5.30, calls cancelled mid-stream included; range_stream.rs runs its every-version test once.
 # Under CI=true a missing version fails the run.
 for v in 3.4.23 3.5.30 3.6.16; do
-  TESTKIT_ETCD_VERSION=$v cargo test -p proxy --locked --test watch_auth --test tls --test hung_member --test range_cache \
+  step env TESTKIT_ETCD_VERSION=$v cargo test -p proxy --locked --test watch_auth --test tls --test hung_member --test range_cache \
     --test watch_progress --test lease_auth --test auth_leader_probe --test discovery --test auto_sync
 done
-TESTKIT_ETCD_VERSION=3.5.30 cargo test -p proxy --locked --test range_stream --test hostile_clients -- \
+step env TESTKIT_ETCD_VERSION=3.5.30 cargo test -p proxy --locked --test range_stream --test hostile_clients -- \
   --skip streamed_chunks_are_one_range_at_the_pinned_revision_on_every_version
