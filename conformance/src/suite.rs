@@ -37,13 +37,24 @@ pub struct Context {
 }
 
 impl Context {
-    /// Every lane a scenario runs in, in report order: direct etcd on each transport the profiles need, then the
-    /// proxy under each profile (the model, where it runs, comes on top).
-    pub fn lanes(&self) -> Vec<Lane> {
-        profile::transports(&self.profiles)
+    /// The profiles that run in front of etcd of `backend` (those of the container image only in front of etcd in
+    /// a container).
+    pub fn profiles_on(&self, backend: Backend) -> Vec<Profile> {
+        self.profiles
+            .iter()
+            .copied()
+            .filter(|p| p.runs_on(backend))
+            .collect()
+    }
+
+    /// Every lane a scenario runs in on `backend`, in report order: direct etcd on each transport its profiles
+    /// need, then the proxy under each profile (the model, where it runs, comes on top).
+    pub fn lanes(&self, backend: Backend) -> Vec<Lane> {
+        let profiles = self.profiles_on(backend);
+        profile::transports(&profiles)
             .into_iter()
             .map(Lane::Direct)
-            .chain(self.profiles.iter().copied().map(Lane::Proxy))
+            .chain(profiles.into_iter().map(Lane::Proxy))
             .collect()
     }
 }
@@ -60,7 +71,7 @@ impl Lane {
     pub fn target(self) -> TargetKind {
         match self {
             Lane::Direct(_) => TargetKind::Direct,
-            Lane::Proxy(_) => TargetKind::Proxy,
+            Lane::Proxy(p) => p.target(),
             Lane::Model => TargetKind::Model,
         }
     }
@@ -108,7 +119,7 @@ pub async fn run_group(
     a.extend(b);
     for sc in unsupported {
         let why = sc.container_unsupported.clone().unwrap_or_default();
-        a.extend(ctx.lanes().into_iter().map(|lane| {
+        a.extend(ctx.lanes(spec.backend).into_iter().map(|lane| {
             outcome(
                 spec,
                 sc,
@@ -207,7 +218,8 @@ async fn shared_lane(
     };
     // One etcd per transport, then the proxies of each profile in front of the etcd of its transport.
     let mut etcds: Vec<(Transport, Etcd)> = Vec::new();
-    for transport in profile::transports(&ctx.profiles) {
+    let profiles = ctx.profiles_on(spec.backend);
+    for transport in profile::transports(&profiles) {
         match ctx.setup.start_etcd(spec, transport, &[]).await {
             Ok(e) => etcds.push((transport, e)),
             Err(e) => {
@@ -224,7 +236,7 @@ async fn shared_lane(
             .expect("an etcd per transport")
     };
     let mut proxies = Vec::new();
-    for profile in &ctx.profiles {
+    for profile in &profiles {
         match ctx
             .setup
             .start_proxy(profile, etcd_of(profile.transport), &[])
@@ -361,7 +373,7 @@ async fn own_lane(
         // Each lane on an etcd of its own, a few at a time: every one is an etcd (and a proxy) of its own, and
         // the @own-etcd scenarios are the heavy ones (bcrypt under auth).
         let runs: Vec<(Lane, Result<Played, String>)> =
-            futures::stream::iter(ctx.lanes().into_iter().map(|lane| async move {
+            futures::stream::iter(ctx.lanes(spec.backend).into_iter().map(|lane| async move {
                 (lane, run_on_fresh_etcd(spec, sc, ctx, lane, root).await)
             }))
             .buffered(OWN_ETCDS_AT_ONCE)
@@ -456,7 +468,7 @@ fn outcome(spec: &Spec, sc: &Scenario, lane: Lane, status: Status) -> Outcome {
 
 /// Every lane failed for the same reason.
 fn all_failed(spec: &Spec, sc: &Scenario, ctx: &Context, why: &str) -> Vec<Outcome> {
-    ctx.lanes()
+    ctx.lanes(spec.backend)
         .into_iter()
         .map(|lane| outcome(spec, sc, lane, Status::Failed(why.to_string())))
         .collect()
@@ -728,6 +740,7 @@ mod tests {
         flags: &["--namespace=/ns/"],
         transport: Transport::Plain,
         proxies: 1,
+        image: false,
     };
 
     #[test]
@@ -828,12 +841,40 @@ mod tests {
             setup: Setup::new(&[]).unwrap(),
         };
         assert_eq!(
-            ctx.lanes(),
+            ctx.lanes(Backend::Process),
             [
                 Lane::Direct(Transport::Plain),
                 Lane::Direct(Transport::Tls),
                 Lane::Proxy(NAMESPACE),
                 Lane::Proxy(tls)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_image_profiles_run_in_front_of_etcd_in_a_container_only_as_the_container_target() {
+        let image_tls = *crate::profile::ALL
+            .iter()
+            .find(|p| p.name == "container-tls")
+            .unwrap();
+        assert_eq!(Lane::Proxy(image_tls).target(), TargetKind::Container);
+        let ctx = Context {
+            snapshots: PathBuf::new(),
+            differences: BTreeMap::new(),
+            profiles: vec![NAMESPACE, image_tls],
+            setup: Setup::new(&[]).unwrap(),
+        };
+        assert_eq!(
+            ctx.lanes(Backend::Process),
+            [Lane::Direct(Transport::Plain), Lane::Proxy(NAMESPACE)]
+        );
+        assert_eq!(
+            ctx.lanes(Backend::Container),
+            [
+                Lane::Direct(Transport::Plain),
+                Lane::Direct(Transport::Tls),
+                Lane::Proxy(NAMESPACE),
+                Lane::Proxy(image_tls)
             ]
         );
     }

@@ -1,5 +1,6 @@
-//! The three things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy binary in front
-//! of that etcd, once per flag profile; under `chain` a second one in front of the first) and `model` (the
+//! The things a scenario runs against: `direct` (etcd itself), `proxy` (this project's proxy binary in front of that
+//! etcd, once per flag profile; under `chain` a second one in front of the first), `container` (the proxy run from
+//! its container image, under the `container` and `container-tls` profiles) and `model` (the
 //! simulation's model etcd served over loopback TCP, in this process). etcd and the proxy are started for a profile
 //! by [`crate::profile::Setup`].
 
@@ -13,6 +14,8 @@ use tokio::task::JoinHandle;
 pub enum TargetKind {
     Direct,
     Proxy,
+    /// The proxy run from its container image.
+    Container,
     Model,
 }
 
@@ -21,6 +24,7 @@ impl fmt::Display for TargetKind {
         f.write_str(match self {
             TargetKind::Direct => "direct",
             TargetKind::Proxy => "proxy",
+            TargetKind::Container => "container",
             TargetKind::Model => "model",
         })
     }

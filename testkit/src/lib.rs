@@ -36,6 +36,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod proxy;
+pub mod proxy_image;
 pub mod wait;
 
 pub use etcd::{Backend, Binaries, Etcd, EtcdCluster, EtcdTls, Spec, Version};

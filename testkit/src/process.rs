@@ -89,29 +89,19 @@ impl Process {
         timeout: Duration,
         ready: impl Fn(u16, &str) -> bool,
     ) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.exit_status() {
-                return Err(format!(
-                    "{} ({addr}) exited with {status} while starting; its log:\n{}",
-                    self.name,
-                    self.log_tail(60)
-                ));
-            }
-            let last = match http::get_with(addr, path, tls).await {
-                Ok((code, body)) if ready(code, &body) => return Ok(()),
-                Ok((code, body)) => format!("HTTP {code}: {body}"),
-                Err(e) => e,
-            };
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "{} ({addr}) not ready on GET {path} within {timeout:?}; last seen: {last}; its log:\n{}",
-                    self.name,
-                    self.log_tail(60)
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let name = self.name.clone();
+        let log = self.log.clone();
+        let target = Readiness {
+            name: &name,
+            addr,
+            path,
+            tls,
+            timeout,
+            log: &log,
+        };
+        target
+            .wait(ready, || self.exit_status().map(|s| s.to_string()))
+            .await
     }
 
     /// Pauses it with SIGSTOP: its sockets still accept connections, nothing answers (a hung member).
@@ -154,6 +144,53 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         self.kill_now();
+    }
+}
+
+/// Where and how long to wait for a server to answer `GET path`, with the log that explains a failure: the one
+/// readiness loop of the kit, for processes and containers alike.
+pub struct Readiness<'a> {
+    /// Labels the server in errors.
+    pub name: &'a str,
+    pub addr: &'a str,
+    pub path: &'a str,
+    pub tls: Option<&'a crate::pki::TlsPaths>,
+    pub timeout: Duration,
+    /// Its log, whose tail an error carries.
+    pub log: &'a Path,
+}
+
+impl Readiness<'_> {
+    /// Waits, up to the timeout, until `GET path` answers in a way `ready` accepts (given the status and the
+    /// body). Fails early, with the log, once `exited` says how the server ended.
+    pub async fn wait(
+        &self,
+        ready: impl Fn(u16, &str) -> bool,
+        mut exited: impl FnMut() -> Option<String>,
+    ) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let (name, addr, path) = (self.name, self.addr, self.path);
+        loop {
+            if let Some(status) = exited() {
+                return Err(format!(
+                    "{name} ({addr}) exited with {status} while starting; its log:\n{}",
+                    dirs::tail(self.log, 60)
+                ));
+            }
+            let last = match http::get_with(addr, path, self.tls).await {
+                Ok((code, body)) if ready(code, &body) => return Ok(()),
+                Ok((code, body)) => format!("HTTP {code}: {body}"),
+                Err(e) => e,
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{name} ({addr}) not ready on GET {path} within {:?}; last seen: {last}; its log:\n{}",
+                    self.timeout,
+                    dirs::tail(self.log, 60)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 

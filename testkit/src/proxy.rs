@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::pki::TlsPaths;
-use crate::process::Process;
+use crate::process::{Process, Readiness};
+use crate::proxy_image::ImageRun;
 use crate::{dirs, free_port, http};
 
 /// How long the proxy may take to answer `GET /health` with 200 after it was started.
@@ -70,12 +71,20 @@ fn build_release() -> Result<PathBuf, String> {
     }
 }
 
-/// A running proxy. Dropping it kills the process; during a panic the tail of its log is printed first.
+/// A running proxy: a child process of the binary, or a container of the image ([`ProxyProcess::start_image`]).
+/// Dropping it kills the process (or removes the container); during a panic the tail of its log is printed first.
 pub struct ProxyProcess {
     addr: String,
     tls: Option<TlsPaths>,
-    process: Process,
+    runner: Runner,
+    log: PathBuf,
     _dir: tempfile::TempDir,
+}
+
+/// What runs the proxy.
+enum Runner {
+    Process(Process),
+    Container(Box<ImageRun>),
 }
 
 impl ProxyProcess {
@@ -122,22 +131,57 @@ impl ProxyProcess {
     ) -> Result<Self, String> {
         let addr = format!("127.0.0.1:{}", free_port());
         let dir = dirs::temp_dir("etcd-grpc-proxy-").map_err(|e| format!("temp dir: {e}"))?;
+        let log = dir.path().join("proxy.log");
         let mut cmd = Command::new(bin);
         cmd.arg("start")
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .arg(format!("--listen-addr={addr}"))
+            .args(base_flags(endpoints, &addr))
             .args(flags.iter().map(AsRef::as_ref))
             .envs(env.iter().copied());
-        let mut process = Process::spawn("etcd-grpc-proxy", cmd, &dir.path().join("proxy.log"))?;
-        process
-            .wait_http_with(&addr, "/health", tls.as_ref(), READY_TIMEOUT, |code, _| {
-                code == 200
-            })
+        let process = Process::spawn("etcd-grpc-proxy", cmd, &log)?;
+        Self::ready(addr, tls, Runner::Process(process), log, dir).await
+    }
+
+    /// Like [`ProxyProcess::start_with`], the proxy run from its container image ([`crate::proxy_image::image`])
+    /// on the host's network instead of as a child process; the files its flags name are mounted into it.
+    pub async fn start_image(
+        endpoints: &[String],
+        flags: &[String],
+        tls: Option<TlsPaths>,
+    ) -> Result<Self, String> {
+        let image = crate::proxy_image::image()?;
+        let addr = format!("127.0.0.1:{}", free_port());
+        let dir = dirs::temp_dir("etcd-grpc-proxy-").map_err(|e| format!("temp dir: {e}"))?;
+        let log = dir.path().join("proxy.log");
+        let mut args: Vec<String> = base_flags(endpoints, &addr).into();
+        args.extend(flags.iter().cloned());
+        let run = ImageRun::start(&image, &args, &log).await?;
+        Self::ready(addr, tls, Runner::Container(Box::new(run)), log, dir).await
+    }
+
+    /// Waits (with a deadline) until the proxy `runner` runs answers `GET /health` with 200.
+    async fn ready(
+        addr: String,
+        tls: Option<TlsPaths>,
+        mut runner: Runner,
+        log: PathBuf,
+        dir: tempfile::TempDir,
+    ) -> Result<Self, String> {
+        let readiness = Readiness {
+            name: "etcd-grpc-proxy",
+            addr: &addr,
+            path: "/health",
+            tls: tls.as_ref(),
+            timeout: READY_TIMEOUT,
+            log: &log,
+        };
+        readiness
+            .wait(|code, _| code == 200, || runner.exited())
             .await?;
         Ok(Self {
             addr,
             tls,
-            process,
+            runner,
+            log,
             _dir: dir,
         })
     }
@@ -161,12 +205,18 @@ impl ProxyProcess {
     }
 
     pub fn pid(&self) -> u32 {
-        self.process.pid()
+        match &self.runner {
+            Runner::Process(p) => p.pid(),
+            Runner::Container(c) => c.pid(),
+        }
     }
 
     /// Asks it to shut down gracefully (SIGTERM).
     pub fn terminate(&self) {
-        self.process.terminate();
+        match &self.runner {
+            Runner::Process(p) => p.terminate(),
+            Runner::Container(c) => c.terminate(),
+        }
     }
 
     /// `GET /proxy/metrics`: the proxy's own metrics in Prometheus text; panics unless it answers 200.
@@ -184,13 +234,31 @@ impl ProxyProcess {
 
     /// The last `n` lines the proxy printed.
     pub fn log_tail(&self, n: usize) -> String {
-        self.process.log_tail(n)
+        dirs::tail(&self.log, n)
     }
 
-    /// Whether the proxy process is still running.
+    /// Whether the proxy is still running.
     pub fn is_running(&mut self) -> bool {
-        self.process.is_running()
+        self.runner.exited().is_none()
     }
+}
+
+impl Runner {
+    /// How the proxy ended, if it has.
+    fn exited(&mut self) -> Option<String> {
+        match self {
+            Runner::Process(p) => p.exit_status().map(|s| s.to_string()),
+            Runner::Container(c) => c.exited(),
+        }
+    }
+}
+
+/// The flags every proxy of the kit gets first: its upstream and its own address.
+fn base_flags(endpoints: &[String], addr: &str) -> [String; 2] {
+    [
+        format!("--endpoints={}", endpoints.join(",")),
+        format!("--listen-addr={addr}"),
+    ]
 }
 
 impl Drop for ProxyProcess {
