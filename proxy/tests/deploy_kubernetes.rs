@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use manifests::{POD_IP, Resource, expanded_args, port_number, selects, seq};
+use manifests::{POD_IP, PROXY_IMAGE, Resource, expanded_args, port_number, selects, seq};
 use proxy::cli::Cli;
 use serde_yaml_ng::Value;
 use support::proxy::PROXY_BIN;
@@ -42,6 +42,14 @@ fn proxy_workloads(resources: &[Resource]) -> Vec<(&Resource, &Value, Cli)> {
             assert!(
                 container.get("command").is_none(),
                 "{}: `command` would replace the image's entry point (`etcd-grpc-proxy start`); give flags as args",
+                resource.id()
+            );
+            // The image is tagged with the crate's version: a release bumps the manifests with it.
+            let image = container["image"].as_str().unwrap_or_default();
+            assert_eq!(
+                image,
+                format!("{PROXY_IMAGE}{}", env!("CARGO_PKG_VERSION")),
+                "{}",
                 resource.id()
             );
             let args = expanded_args(container);
