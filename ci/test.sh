@@ -14,6 +14,7 @@ step() {
 
 step ci/install-deps.sh
 step ci/install-conformance-deps.sh
+step ci/validate-kubernetes.sh # deploy/kubernetes/ against the Kubernetes API's schemas, strictly
 step cargo fmt --all --check
 step cargo clippy --workspace --all-targets --locked -- -D warnings
 # Docker only for the test run (the conformance suite's testcontainers backend): a private dockerd, stopped by its

@@ -23,8 +23,8 @@
 //!
 //! - `container` and `container-tls`: the proxy run from its container image (`deploy/container/Dockerfile`, as
 //!   operators run it: non-root, its certificate files mounted into it) with the flags of `default` and `tls`. They
-//!   are the suite's `container` target, and run in front of etcd in a container (the `testcontainers` backend)
-//!   only; in front of etcd as a process they are left out.
+//!   are the suite's `container` target, and run in front of the newest etcd in a container (the `testcontainers`
+//!   backend) only.
 //!
 //! The cache is on by default, so under every profile the front proxy must have answered some Range from it
 //! (`cache/answered` in the suite).
@@ -142,9 +142,12 @@ impl Profile {
             .repeat(self.proxies)
     }
 
-    /// Whether it runs in front of etcd of `backend`: a profile of the image only in front of etcd in a container.
-    pub fn runs_on(&self, backend: testkit::Backend) -> bool {
-        !self.image || backend == testkit::Backend::Container
+    /// Whether it runs in front of etcd `version` of `backend`: a profile of the image only in front of the newest
+    /// etcd in a container. The image holds the binary the `proxy` target runs on every version; what the image
+    /// adds (its user, its mounted files, its network) does not depend on etcd's version.
+    pub fn runs_on(&self, backend: testkit::Backend, version: testkit::Version) -> bool {
+        !self.image
+            || (backend == testkit::Backend::Container && version == testkit::Version::NEWEST)
     }
 
     /// The target it makes of the proxy: `container` when run from the image, else `proxy`.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use futures::StreamExt as _;
 
-use testkit::{Backend, Etcd, Spec};
+use testkit::{Backend, Etcd, Spec, Version};
 
 use crate::profile::{self, Endpoint, Profile, Proxies, Setup, Transport};
 use crate::report::{Outcome, Status};
@@ -37,20 +37,20 @@ pub struct Context {
 }
 
 impl Context {
-    /// The profiles that run in front of etcd of `backend` (those of the container image only in front of etcd in
-    /// a container).
-    pub fn profiles_on(&self, backend: Backend) -> Vec<Profile> {
+    /// The profiles that run in front of etcd `version` of `backend` ([`Profile::runs_on`]: those of the
+    /// container image only in front of the newest etcd in a container).
+    pub fn profiles_on(&self, backend: Backend, version: Version) -> Vec<Profile> {
         self.profiles
             .iter()
             .copied()
-            .filter(|p| p.runs_on(backend))
+            .filter(|p| p.runs_on(backend, version))
             .collect()
     }
 
-    /// Every lane a scenario runs in on `backend`, in report order: direct etcd on each transport its profiles
-    /// need, then the proxy under each profile (the model, where it runs, comes on top).
-    pub fn lanes(&self, backend: Backend) -> Vec<Lane> {
-        let profiles = self.profiles_on(backend);
+    /// Every lane a scenario runs in on etcd `version` of `backend`, in report order: direct etcd on each
+    /// transport its profiles need, then the proxy under each profile (the model, where it runs, comes on top).
+    pub fn lanes(&self, backend: Backend, version: Version) -> Vec<Lane> {
+        let profiles = self.profiles_on(backend, version);
         profile::transports(&profiles)
             .into_iter()
             .map(Lane::Direct)
@@ -119,14 +119,18 @@ pub async fn run_group(
     a.extend(b);
     for sc in unsupported {
         let why = sc.container_unsupported.clone().unwrap_or_default();
-        a.extend(ctx.lanes(spec.backend).into_iter().map(|lane| {
-            outcome(
-                spec,
-                sc,
-                lane,
-                Status::Skipped(format!("unsupported in a container: {why}")),
-            )
-        }));
+        a.extend(
+            ctx.lanes(spec.backend, spec.version)
+                .into_iter()
+                .map(|lane| {
+                    outcome(
+                        spec,
+                        sc,
+                        lane,
+                        Status::Skipped(format!("unsupported in a container: {why}")),
+                    )
+                }),
+        );
     }
     a
 }
@@ -218,7 +222,7 @@ async fn shared_lane(
     };
     // One etcd per transport, then the proxies of each profile in front of the etcd of its transport.
     let mut etcds: Vec<(Transport, Etcd)> = Vec::new();
-    let profiles = ctx.profiles_on(spec.backend);
+    let profiles = ctx.profiles_on(spec.backend, spec.version);
     for transport in profile::transports(&profiles) {
         match ctx.setup.start_etcd(spec, transport, &[]).await {
             Ok(e) => etcds.push((transport, e)),
@@ -373,9 +377,9 @@ async fn own_lane(
         // Each lane on an etcd of its own, a few at a time: every one is an etcd (and a proxy) of its own, and
         // the @own-etcd scenarios are the heavy ones (bcrypt under auth).
         let runs: Vec<(Lane, Result<Played, String>)> =
-            futures::stream::iter(ctx.lanes(spec.backend).into_iter().map(|lane| async move {
-                (lane, run_on_fresh_etcd(spec, sc, ctx, lane, root).await)
-            }))
+            futures::stream::iter(ctx.lanes(spec.backend, spec.version).into_iter().map(
+                |lane| async move { (lane, run_on_fresh_etcd(spec, sc, ctx, lane, root).await) },
+            ))
             .buffered(OWN_ETCDS_AT_ONCE)
             .collect()
             .await;
@@ -468,7 +472,7 @@ fn outcome(spec: &Spec, sc: &Scenario, lane: Lane, status: Status) -> Outcome {
 
 /// Every lane failed for the same reason.
 fn all_failed(spec: &Spec, sc: &Scenario, ctx: &Context, why: &str) -> Vec<Outcome> {
-    ctx.lanes(spec.backend)
+    ctx.lanes(spec.backend, spec.version)
         .into_iter()
         .map(|lane| outcome(spec, sc, lane, Status::Failed(why.to_string())))
         .collect()
@@ -841,7 +845,7 @@ mod tests {
             setup: Setup::new(&[]).unwrap(),
         };
         assert_eq!(
-            ctx.lanes(Backend::Process),
+            ctx.lanes(Backend::Process, Version::NEWEST),
             [
                 Lane::Direct(Transport::Plain),
                 Lane::Direct(Transport::Tls),
@@ -852,7 +856,8 @@ mod tests {
     }
 
     #[test]
-    fn the_image_profiles_run_in_front_of_etcd_in_a_container_only_as_the_container_target() {
+    fn the_image_profiles_run_in_front_of_the_newest_etcd_in_a_container_only_as_the_container_target()
+     {
         let image_tls = *crate::profile::ALL
             .iter()
             .find(|p| p.name == "container-tls")
@@ -864,12 +869,11 @@ mod tests {
             profiles: vec![NAMESPACE, image_tls],
             setup: Setup::new(&[]).unwrap(),
         };
+        let only_newer = [Lane::Direct(Transport::Plain), Lane::Proxy(NAMESPACE)];
+        assert_eq!(ctx.lanes(Backend::Process, Version::NEWEST), only_newer);
+        assert_eq!(ctx.lanes(Backend::Container, Version::V3_5_30), only_newer);
         assert_eq!(
-            ctx.lanes(Backend::Process),
-            [Lane::Direct(Transport::Plain), Lane::Proxy(NAMESPACE)]
-        );
-        assert_eq!(
-            ctx.lanes(Backend::Container),
+            ctx.lanes(Backend::Container, Version::NEWEST),
             [
                 Lane::Direct(Transport::Plain),
                 Lane::Direct(Transport::Tls),

@@ -77,7 +77,7 @@ async fn run(filters: Vec<String>) -> bool {
                     Status::Skipped(format!("backend missing: {why}"))
                 };
                 for sc in &scenarios {
-                    for lane in ctx.lanes(spec.backend) {
+                    for lane in ctx.lanes(spec.backend, spec.version) {
                         outcomes.push(Outcome {
                             scenario: sc.id.clone(),
                             target: lane.target(),
