@@ -319,6 +319,21 @@ fn millicores(value: &Value) -> u64 {
 /// (README.md, "gives up on calls").
 const MEMORY_BEYOND_THE_CACHE: u64 = 64 << 20;
 
+/// The numeric `USER uid:gid` of the container image (`deploy/container/Dockerfile`).
+fn image_user() -> (u64, u64) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/container/Dockerfile");
+    let text = std::fs::read_to_string(&path).expect("deploy/container/Dockerfile");
+    let user = text
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("the Dockerfile names its USER");
+    let (uid, gid) = user.trim().split_once(':').expect("USER uid:gid");
+    (
+        uid.parse().expect("a numeric uid"),
+        gid.parse().expect("a numeric gid"),
+    )
+}
+
 #[test]
 fn pods_are_hardened_and_their_limits_fit_the_proxy() {
     let resources = manifests::all();
@@ -329,6 +344,11 @@ fn pods_are_hardened_and_their_limits_fit_the_proxy() {
         let pod_security = &pod["securityContext"];
         let either = |key: &str| own.get(key).unwrap_or(&pod_security[key]).clone();
         assert_eq!(either("runAsNonRoot").as_bool(), Some(true), "{id}");
+        // The user the image runs as, so that the Secrets' files (fsGroup) are readable by the proxy in it.
+        let (image_user, image_group) = image_user();
+        assert_eq!(either("runAsUser").as_u64(), Some(image_user), "{id}");
+        assert_eq!(either("runAsGroup").as_u64(), Some(image_group), "{id}");
+        assert_eq!(either("fsGroup").as_u64(), Some(image_group), "{id}");
         assert_eq!(
             either("seccompProfile")["type"].as_str(),
             Some("RuntimeDefault"),
