@@ -69,18 +69,18 @@ pub fn render(outcomes: &[Outcome]) -> String {
     let _ = writeln!(s, "\nconformance report");
     let _ = writeln!(
         s,
-        "| target | {:<w$} | backend        | etcd   | passed | failed | skipped |",
+        "| target    | {:<w$} | backend        | etcd   | passed | failed | skipped |",
         "profile"
     );
     let _ = writeln!(
         s,
-        "|--------|{}|----------------|--------|--------|--------|---------|",
+        "|-----------|{}|----------------|--------|--------|--------|---------|",
         "-".repeat(w + 2)
     );
     for ((target, profile, backend, version), c) in &rows {
         let _ = writeln!(
             s,
-            "| {:<6} | {:<w$} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
+            "| {:<9} | {:<w$} | {:<14} | {:<6} | {:>6} | {:>6} | {:>7} |",
             target.to_string(),
             profile,
             backend.to_string(),
@@ -160,10 +160,14 @@ mod tests {
             outcome(None, Status::Passed),
             outcome(Some("default"), Status::Passed),
             outcome(Some("namespace"), Status::Failed("differs".into())),
+            Outcome {
+                target: TargetKind::Container,
+                ..outcome(Some("container"), Status::Passed)
+            },
         ];
         let table = render(&outcomes);
         let rows: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
-        assert_eq!(rows.len(), 5, "{table}");
+        assert_eq!(rows.len(), 6, "{table}");
         let width = rows[0].len();
         assert!(rows.iter().all(|r| r.len() == width), "{table}");
         assert!(rows[4].contains("| namespace |"), "{table}");
@@ -171,6 +175,7 @@ mod tests {
             table.contains("FAILED kv/put-get on proxy (namespace profile)"),
             "{table}"
         );
-        assert_eq!(totals(&outcomes), (2, 1, 0));
+        assert!(rows[5].starts_with("| container | container "), "{table}");
+        assert_eq!(totals(&outcomes), (3, 1, 0));
     }
 }

@@ -5,8 +5,8 @@
 //! [`image`] builds the image once per test process from the release binary (the script keeps an image already
 //! labelled with that binary's sha256, so a test never runs a stale image). [`ImageRun`] is one container of it:
 //! on the host's network, its output copied to a log file, its files (certificates and keys named by its flags)
-//! copied into a directory owned by the image's non-root user and mounted read-only, as an operator mounts a
-//! Secret. Dropping it removes the container (testcontainers' drop, inside the caller's tokio runtime).
+//! copied into a directory owned by the image's non-root user (its `USER`, read from the image) and mounted
+//! read-only, as an operator mounts a Secret. Dropping it removes the container (testcontainers' drop, inside the caller's tokio runtime).
 
 use std::os::unix::fs::chown;
 use std::path::{Path, PathBuf};
@@ -19,9 +19,6 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::io::AsyncWriteExt as _;
 
 use crate::dirs;
-
-/// The user and group the image runs as (the Dockerfile's `USER`).
-pub const IMAGE_USER: u32 = 65532;
 
 /// Where a container finds the files its flags name.
 pub const FILES_DIR: &str = "/etc/etcd-grpc-proxy/files";
@@ -68,15 +65,16 @@ pub struct ImageRun {
 impl ImageRun {
     /// Starts `image` with `args` (after its entry point, `etcd-grpc-proxy start`) on the host's network, its
     /// output appended to `log`. Each `--flag=PATH` naming a file of this machine is given a copy of that file in
-    /// [`FILES_DIR`] instead, owned by [`IMAGE_USER`].
+    /// [`FILES_DIR`] instead, owned by the image's user.
     pub async fn start(image: &str, args: &[String], log: &Path) -> Result<Self, String> {
         let (name, tag) = image
             .rsplit_once(':')
             .ok_or_else(|| format!("image {image:?} has no tag"))?;
+        let user = image_user(image)?;
         let files =
             dirs::temp_dir("etcd-grpc-proxy-files-").map_err(|e| format!("temp dir: {e}"))?;
-        let args = move_files(args, files.path())?;
-        chown(files.path(), Some(IMAGE_USER), Some(IMAGE_USER))
+        let args = move_files(args, files.path(), user)?;
+        chown(files.path(), Some(user.0), Some(user.1))
             .map_err(|e| format!("chown {}: {e}", files.path().display()))?;
         let container = GenericImage::new(name, tag)
             .with_network("host")
@@ -127,9 +125,18 @@ impl ImageRun {
     }
 }
 
+/// The numeric `uid:gid` the image runs as (its `USER`).
+fn image_user(image: &str) -> Result<(u32, u32), String> {
+    let user = inspect(image, "{{.Config.User}}")?;
+    let numbers = user
+        .split_once(':')
+        .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+    numbers.ok_or_else(|| format!("{image} runs as {user:?}, not a numeric uid:gid"))
+}
+
 /// `args` with every `--flag=PATH` naming a file replaced by `--flag=FILES_DIR/N-NAME`, the file copied to
-/// `dir/N-NAME` and given to [`IMAGE_USER`].
-fn move_files(args: &[String], dir: &Path) -> Result<Vec<String>, String> {
+/// `dir/N-NAME` and given to `owner` (uid, gid).
+fn move_files(args: &[String], dir: &Path, owner: (u32, u32)) -> Result<Vec<String>, String> {
     let mut out = Vec::with_capacity(args.len());
     for (n, arg) in args.iter().enumerate() {
         let file = arg
@@ -144,7 +151,7 @@ fn move_files(args: &[String], dir: &Path) -> Result<Vec<String>, String> {
         let copy = format!("{n}-{base}");
         std::fs::copy(&path, dir.join(&copy))
             .map_err(|e| format!("copy {} for the container: {e}", path.display()))?;
-        chown(dir.join(&copy), Some(IMAGE_USER), Some(IMAGE_USER))
+        chown(dir.join(&copy), Some(owner.0), Some(owner.1))
             .map_err(|e| format!("chown {copy}: {e}"))?;
         out.push(format!("{flag}={FILES_DIR}/{copy}"));
     }
@@ -169,7 +176,7 @@ async fn copy_output(container: &ContainerAsync<GenericImage>, log: &Path) -> Re
     Ok(())
 }
 
-/// `docker inspect --format FORMAT ID`, trimmed.
+/// `docker inspect --format FORMAT ID` (of a container or an image), trimmed.
 fn inspect(id: &str, format: &str) -> Result<String, String> {
     let out = Command::new("docker")
         .args(["inspect", "--format", format, id])
@@ -199,7 +206,7 @@ mod tests {
             format!("--key-file={}", key.display()),
             "--namespace=/etc/".to_string(),
         ];
-        let moved = move_files(&args, dst.path()).unwrap();
+        let moved = move_files(&args, dst.path(), (65532, 65533)).unwrap();
         assert_eq!(
             moved,
             [
@@ -211,6 +218,7 @@ mod tests {
         let copy = dst.path().join("1-key.pem");
         assert_eq!(std::fs::read_to_string(&copy).unwrap(), "secret");
         use std::os::unix::fs::MetadataExt as _;
-        assert_eq!(std::fs::metadata(&copy).unwrap().uid(), IMAGE_USER);
+        let meta = std::fs::metadata(&copy).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65532, 65533));
     }
 }
