@@ -36,6 +36,7 @@ fn main() {
 }
 
 async fn run(filters: Vec<String>) -> bool {
+    let started = std::time::Instant::now();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance");
     let mut scenarios =
         scenario::load_all(&root).unwrap_or_else(|e| panic!("loading scenarios: {e}"));
@@ -121,6 +122,9 @@ async fn run(filters: Vec<String>) -> bool {
     });
     println!("{}", report::render(&outcomes));
     let (passed, failed, skipped) = report::totals(&outcomes);
-    println!("conformance: {passed} passed, {failed} failed, {skipped} skipped");
+    println!(
+        "conformance: {passed} passed, {failed} failed, {skipped} skipped in {} s",
+        started.elapsed().as_secs()
+    );
     failed > 0
 }
