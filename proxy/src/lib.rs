@@ -20,6 +20,8 @@
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and `/proxy/health`, and the Prometheus registry of one running proxy
 //!   (`/proxy/metrics`; `/metrics` relays etcd's, see [`server`]).
+//! - [`otel`]: `--enable-distributed-tracing`: the proxy's own spans (server and client side of each call), exported
+//!   over OTLP/gRPC; clients' trace context travels upstream either way (`upstream::Forwarded`).
 //! - [`logging`]: `--log-level`, `--log-outputs`: JSON lines with the field names of etcd's zap logger.
 //! - [`profiling`]: `--enable-pprof`'s `/debug/pprof/` (CPU profiles in pprof's format, runtime counts).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
@@ -44,6 +46,7 @@ pub mod logging;
 pub mod metrics;
 pub mod namespace;
 pub mod net;
+pub mod otel;
 pub mod profiling;
 pub mod rpc;
 pub mod server;

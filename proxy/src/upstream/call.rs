@@ -83,7 +83,7 @@ impl Upstream {
             let path = path.clone();
             async move { grpc.unary(request, path, RawCodec).await }
         };
-        let (_, response) = self.with_retries(retry, request, call).await?;
+        let (_, response) = self.with_retries(retry, path, request, call).await?;
         Ok(response)
     }
 
@@ -95,7 +95,7 @@ impl Upstream {
         request: Request<Bytes>,
     ) -> Result<Response<BoxStream<Bytes>>, Status> {
         let (pick, response) = self
-            .with_retries(Retry::ReadOnly, request, |mut grpc, request| {
+            .with_retries(Retry::ReadOnly, &path, request, |mut grpc, request| {
                 let path = path.clone();
                 async move { grpc.server_streaming(request, path, RawCodec).await }
             })
@@ -151,6 +151,27 @@ impl Upstream {
         Ok(grpc)
     }
 
+    /// The request of one attempt of `path` on etcd; with tracing on, its `traceparent` names the attempt's client
+    /// span (returned if it is recorded), a child of the call's server span.
+    pub(super) fn traced(
+        &self,
+        path: &PathAndQuery,
+        forwarded: &Forwarded,
+        message: Bytes,
+    ) -> (Request<Bytes>, Option<crate::otel::span::OpenSpan>) {
+        let mut request = forwarded.request(message);
+        let (Some(tracer), Some(parent)) = (&self.tracer, forwarded.trace_parent()) else {
+            return (request, None);
+        };
+        let (traceparent, span) = tracer.client_span(path.path(), parent);
+        if let Ok(value) = traceparent.parse() {
+            request
+                .metadata_mut()
+                .insert(crate::otel::TRACEPARENT, value);
+        }
+        (request, span)
+    }
+
     pub(super) fn check_send(&self, message: &Bytes) -> Result<(), Status> {
         if message.len() > self.max_send_bytes {
             return Err(error::sending_too_large(message.len(), self.max_send_bytes));
@@ -190,6 +211,7 @@ impl Upstream {
     async fn with_retries<Resp, F, Fut>(
         self: &Arc<Self>,
         retry: Retry,
+        path: &PathAndQuery,
         request: Request<Bytes>,
         call: F,
     ) -> Result<(Active, Resp), Status>
@@ -203,7 +225,7 @@ impl Upstream {
         let deadline = forwarded
             .deadline
             .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
-        let attempt_on = |pick: Active| self.attempt(pick, &forwarded, &message, &call);
+        let attempt_on = |pick: Active| self.attempt(pick, path, &forwarded, &message, &call);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -216,7 +238,7 @@ impl Upstream {
                 Ok(response) => return Ok((pick, response.into_inner())),
                 Err(status) if forwarded.requires_leader() && status.message() == NO_LEADER => {
                     return self
-                        .ask_others_for_leader(&pick, retry, &forwarded, &message, &call, status)
+                        .ask_others_for_leader(&pick, retry, &attempt_on, status)
                         .await;
                 }
                 Err(status) => {
@@ -231,6 +253,7 @@ impl Upstream {
     async fn attempt<Resp, F, Fut>(
         &self,
         pick: Active,
+        path: &PathAndQuery,
         forwarded: &Forwarded,
         message: &Bytes,
         call: &F,
@@ -239,10 +262,19 @@ impl Upstream {
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
+        let (request, span) = self.traced(path, forwarded, message.clone());
         let answer = match self.client(pick.channel.clone()).await {
-            Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
+            Ok(grpc) => call(grpc, request).await,
             Err(status) => Err(status),
         };
+        if let Some(span) = span {
+            // A stream's attempt ends when etcd answers its opening (the relay of its messages is the server span's).
+            span.end(
+                answer
+                    .as_ref()
+                    .map_or_else(Status::code, |_| tonic::Code::Ok),
+            );
+        }
         (pick, answer)
     }
 
@@ -314,23 +346,19 @@ impl Upstream {
     /// becomes the active endpoint. When none can serve, the client gets etcd's "no leader" answer, as it would
     /// from its member directly, and at once rather than after the whole retry window. A "no leader" answer marks
     /// no endpoint down: during an election every member gives it.
-    async fn ask_others_for_leader<Resp, F, Fut>(
+    async fn ask_others_for_leader<Resp, A, Fut>(
         self: &Arc<Self>,
         refused: &Active,
         retry: Retry,
-        forwarded: &Forwarded,
-        message: &Bytes,
-        call: &F,
+        attempt_on: A,
         no_leader: Status,
     ) -> Result<(Active, Resp), Status>
     where
-        F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
-        Fut: Future<Output = Result<Response<Resp>, Status>>,
+        A: Fn(Active) -> Fut,
+        Fut: Future<Output = (Active, Result<Response<Resp>, Status>)>,
     {
         for index in self.others(refused.index) {
-            let (pick, answer) = self
-                .attempt(self.member(index), forwarded, message, call)
-                .await;
+            let (pick, answer) = attempt_on(self.member(index)).await;
             match answer {
                 Ok(response) => {
                     self.seek_leader(refused);

@@ -34,9 +34,16 @@ impl Upstream {
                 let message = request.into_inner();
                 self.check_send(&message)?;
                 let mut grpc = self.client(self.members.get(leader).channel()).await?;
-                grpc.unary(forwarded.request(message), path, RawCodec)
-                    .await
-                    .map_err(error::to_client)
+                let (request, span) = self.traced(&path, &forwarded, message);
+                let answer = grpc.unary(request, path, RawCodec).await;
+                if let Some(span) = span {
+                    span.end(
+                        answer
+                            .as_ref()
+                            .map_or_else(Status::code, |_| tonic::Code::Ok),
+                    );
+                }
+                answer.map_err(error::to_client)
             }
             _ => self.unary(Retry::Write, path, request).await,
         }
