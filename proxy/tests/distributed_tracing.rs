@@ -322,3 +322,67 @@ async fn a_collector_that_is_down_costs_calls_nothing_and_its_spans_are_counted_
         Some(0.0)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_watch_stream_is_the_proxys_own_trace_not_a_clients() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let collector = Collector::start().await;
+    let etcd_flags = etcd_tracing_flags(binaries.version, &collector.addr);
+    let etcd_flags: Vec<&str> = etcd_flags.iter().map(String::as_str).collect();
+    let etcd = support::cluster(&binaries, 1, &etcd_flags).await;
+    let flags = proxy_tracing_flags(&collector.addr, 1_000_000);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let proxy = support::proxy::start(&etcd.endpoints(), &flags).await;
+
+    let client = ClientTrace::new(0x60);
+    let (requests, rx) = tokio::sync::mpsc::channel(1);
+    requests
+        .send(support::watch::create("watched", 0))
+        .await
+        .expect("queue the create request");
+    let mut watch =
+        proto::etcdserverpb::watch_client::WatchClient::new(channel(&proxy.addr()).await)
+            .watch(with_meta(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+                "traceparent",
+                &client.traceparent(true),
+            ))
+            .await
+            .expect("Watch")
+            .into_inner();
+    let created = tokio::time::timeout(TIMEOUT, watch.message())
+        .await
+        .expect("the watcher is created in time")
+        .expect("an answer")
+        .expect("created");
+    assert!(created.created, "{created:?}");
+    drop(requests);
+    drop(watch);
+
+    const WATCH: &str = "etcdserverpb.Watch/Watch";
+    let (own, etcds) = wait_for(
+        "the client's Watch span, the shared stream's and etcd's",
+        TIMEOUT,
+        || async {
+            let spans = collector.spans();
+            let clients = collector.trace(&client.trace_id);
+            one(&clients, "etcd-grpc-proxy", SpanKind::Server, WATCH)?;
+            let own = one(&spans, "etcd-grpc-proxy", SpanKind::Client, WATCH)?.clone();
+            let etcds = one(&spans, "etcd", SpanKind::Server, WATCH)?.clone();
+            Ok::<_, String>((own, etcds))
+        },
+    )
+    .await;
+    assert_ne!(
+        own.span.trace_id, client.trace_id,
+        "the shared stream is in a trace of its own"
+    );
+    assert!(own.span.parent_span_id.is_empty(), "a root: {own:?}");
+    assert_eq!(etcds.span.trace_id, own.span.trace_id);
+    assert_eq!(
+        etcds.span.parent_span_id, own.span.span_id,
+        "etcd's stream span hangs under the proxy's stream"
+    );
+}

@@ -6,7 +6,8 @@
 //! of it on etcd is a CLIENT span, a child of the server span, and the `traceparent` etcd receives names that
 //! client span, so etcd's own spans hang under the proxy's. The server span is made where every call passes
 //! (`server::grpc`), and written into the call's `traceparent` header, which `upstream::Forwarded` carries to each
-//! attempt (`upstream::call`), where the client span is made.
+//! attempt (`upstream::call`), where the client span is made. The streams the proxy shares between clients
+//! (coalesced Watch and LeaseKeepAlive) are its own: each is a CLIENT span rooting a trace of its own.
 //!
 //! - [`context`]: W3C `traceparent`, read and written.
 //! - [`sampler`]: etcd's sampler, ParentBased(TraceIDRatioBased).
@@ -165,6 +166,26 @@ impl Tracer {
         (context.traceparent(), span)
     }
 
+    /// The CLIENT span of a stream the proxy opens for itself and shares between clients (the coalesced Watch and
+    /// LeaseKeepAlive streams): no client's trace owns it, so it is the root of a trace of its own, sampled by the
+    /// rate. Returns the `traceparent` to open the stream with, and the span if it is recorded.
+    pub fn own_stream_span(self: &Arc<Self>, path: &str) -> (String, Option<OpenSpan>) {
+        let (trace_id, span_id) = {
+            let mut ids = self.ids.lock().expect("never poisoned");
+            (nonzero(&mut ids), nonzero(&mut ids))
+        };
+        let context = SpanContext {
+            trace_id,
+            span_id,
+            sampled: self.sampler.sampled(None, &trace_id),
+        };
+        let span = context.sampled.then(|| {
+            let name = path.trim_start_matches('/').to_owned();
+            OpenSpan::new(self.clone(), context, None, name, Kind::Client)
+        });
+        (context.traceparent(), span)
+    }
+
     fn now_unix_nanos(&self) -> u64 {
         let since_start = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.epoch_unix_nanos.saturating_add(since_start)
@@ -173,6 +194,20 @@ impl Tracer {
     fn export(&self, record: proto::opentelemetry::proto::trace::v1::Span) {
         self.queue.push(record);
     }
+}
+
+/// With tracing on, puts the `traceparent` of a shared stream of the proxy's own (see [`Tracer::own_stream_span`])
+/// in `metadata`, and returns the stream's span, for the caller to end with the stream's status.
+pub fn own_stream(
+    tracer: Option<&Arc<Tracer>>,
+    path: &str,
+    metadata: &mut tonic::metadata::MetadataMap,
+) -> Option<OpenSpan> {
+    let (traceparent, span) = tracer?.own_stream_span(path);
+    if let Ok(value) = traceparent.parse() {
+        metadata.insert(TRACEPARENT, value);
+    }
+    span
 }
 
 /// Random bytes that are not all zero (an all-zero id is invalid).
