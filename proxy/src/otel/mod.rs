@@ -34,8 +34,9 @@ use context::SpanContext;
 use sampler::Sampler;
 use span::{Kind, OpenSpan};
 
-/// The metadata key of W3C trace context.
+/// The metadata keys of W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
+pub const TRACESTATE: &str = "tracestate";
 
 /// The tracing flags, as etcd names them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,6 +128,11 @@ impl Tracer {
         };
         if let Ok(value) = HeaderValue::from_str(&context.traceparent()) {
             headers.insert(TRACEPARENT, value);
+        }
+        if parent.is_none() {
+            // A `tracestate` belongs to the `traceparent` it came with (W3C: ignored without a valid one); a new trace
+            // starts without it.
+            headers.remove(TRACESTATE);
         }
         context.sampled.then(|| {
             let name = path.trim_start_matches('/').to_owned();
@@ -227,5 +233,102 @@ fn text(key: &str, value: &str) -> KeyValue {
         value: Some(AnyValue {
             value: Some(any_value::Value::StringValue(value.into())),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn tracer(per_million: u32) -> Arc<Tracer> {
+        let settings = Settings {
+            // Nothing is exported within a test: the first batch waits for export::DELAY.
+            address: "127.0.0.1:9".into(),
+            service_name: DEFAULT_SERVICE_NAME.into(),
+            instance_id: String::new(),
+            sampling_per_million: per_million,
+            epoch_unix_nanos: 1,
+        };
+        let metrics = Metrics::new(prometheus::Registry::new()).unwrap();
+        let net: Arc<dyn crate::net::Net> = Arc::new(crate::net::TokioNet);
+        Tracer::start(&settings, 7, Connector::new(net), &metrics)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        for (key, value) in pairs {
+            headers.insert(*key, value.parse().unwrap());
+        }
+        headers
+    }
+
+    fn sent(headers: &http::HeaderMap) -> SpanContext {
+        SpanContext::parse(headers[TRACEPARENT].to_str().unwrap()).expect("a valid traceparent")
+    }
+
+    #[tokio::test]
+    async fn the_server_span_joins_the_callers_trace_and_is_what_etcd_is_told() {
+        let tracer = tracer(0);
+        let parent = SpanContext::parse(PARENT).unwrap();
+        let mut call = headers(&[(TRACEPARENT, PARENT), (TRACESTATE, "vendor=x")]);
+        let span = tracer.server_span("/etcdserverpb.KV/Range", &mut call);
+        assert!(
+            span.is_some(),
+            "a sampled parent is followed whatever the rate"
+        );
+        let upstream = sent(&call);
+        assert_eq!(upstream.trace_id, parent.trace_id);
+        assert_ne!(upstream.span_id, parent.span_id);
+        assert!(upstream.sampled);
+        assert_eq!(
+            call[TRACESTATE], "vendor=x",
+            "the caller's tracestate goes on with its trace"
+        );
+
+        let (traceparent, client) = tracer.client_span("/etcdserverpb.KV/Range", upstream);
+        let attempt = SpanContext::parse(&traceparent).unwrap();
+        assert!(client.is_some());
+        assert_eq!(attempt.trace_id, parent.trace_id);
+        assert_ne!(attempt.span_id, upstream.span_id);
+    }
+
+    #[tokio::test]
+    async fn without_a_valid_parent_a_new_trace_is_sampled_by_the_rate() {
+        for bad in [
+            None,
+            Some("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+        ] {
+            let mut call = match bad {
+                Some(bad) => headers(&[(TRACEPARENT, bad), (TRACESTATE, "vendor=x")]),
+                None => headers(&[(TRACESTATE, "vendor=x")]),
+            };
+            assert!(
+                tracer(0)
+                    .server_span("/etcdserverpb.KV/Put", &mut call)
+                    .is_none()
+            );
+            let upstream = sent(&call);
+            assert!(!upstream.sampled, "etcd is told not to record it either");
+            assert!(
+                call.get(TRACESTATE).is_none(),
+                "a tracestate without its traceparent is dropped"
+            );
+            let mut call = headers(&[]);
+            assert!(
+                tracer(1_000_000)
+                    .server_span("/etcdserverpb.KV/Put", &mut call)
+                    .is_some()
+            );
+            assert!(sent(&call).sampled);
+        }
+        let unsampled = PARENT.replace("-01", "-00");
+        let mut call = headers(&[(TRACEPARENT, unsampled.as_str())]);
+        assert!(
+            tracer(1_000_000)
+                .server_span("/etcdserverpb.KV/Put", &mut call)
+                .is_none()
+        );
     }
 }
