@@ -41,6 +41,33 @@ pub enum Retry {
     Write,
 }
 
+/// The tracing of one attempt on etcd (nothing with tracing off).
+#[derive(Default)]
+pub(super) struct AttemptTrace {
+    traceparent: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    span: Option<crate::otel::span::OpenSpan>,
+}
+
+impl AttemptTrace {
+    /// The attempt's request: what the client's carried, its `traceparent` naming the attempt's span.
+    pub(super) fn request(&self, forwarded: &Forwarded, message: Bytes) -> Request<Bytes> {
+        let mut request = forwarded.request(message);
+        if let Some(traceparent) = &self.traceparent {
+            request
+                .metadata_mut()
+                .insert(crate::otel::TRACEPARENT, traceparent.clone());
+        }
+        request
+    }
+
+    /// Ends the attempt's span with the code etcd answered.
+    pub(super) fn end(self, code: tonic::Code) {
+        if let Some(span) = self.span {
+            span.end(code);
+        }
+    }
+}
+
 /// A response stream as the proxy's services return it.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -151,25 +178,17 @@ impl Upstream {
         Ok(grpc)
     }
 
-    /// The request of one attempt of `path` on etcd; with tracing on, its `traceparent` names the attempt's client
-    /// span (returned if it is recorded), a child of the call's server span.
-    pub(super) fn traced(
-        &self,
-        path: &PathAndQuery,
-        forwarded: &Forwarded,
-        message: Bytes,
-    ) -> (Request<Bytes>, Option<crate::otel::span::OpenSpan>) {
-        let mut request = forwarded.request(message);
+    /// With tracing on, the client span of one attempt of `path` on etcd, a child of the call's server span (whose
+    /// context the forwarded `traceparent` carries), and the `traceparent` naming it for the attempt's request.
+    pub(super) fn attempt_trace(&self, path: &PathAndQuery, forwarded: &Forwarded) -> AttemptTrace {
         let (Some(tracer), Some(parent)) = (&self.tracer, forwarded.trace_parent()) else {
-            return (request, None);
+            return AttemptTrace::default();
         };
         let (traceparent, span) = tracer.client_span(path.path(), parent);
-        if let Ok(value) = traceparent.parse() {
-            request
-                .metadata_mut()
-                .insert(crate::otel::TRACEPARENT, value);
+        AttemptTrace {
+            traceparent: traceparent.parse().ok(),
+            span,
         }
-        (request, span)
     }
 
     pub(super) fn check_send(&self, message: &Bytes) -> Result<(), Status> {
@@ -262,19 +281,18 @@ impl Upstream {
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
-        let (request, span) = self.traced(path, forwarded, message.clone());
+        let trace = self.attempt_trace(path, forwarded);
         let answer = match self.client(pick.channel.clone()).await {
-            Ok(grpc) => call(grpc, request).await,
+            // Built once the channel is ready, so that the deadline sent is what is left of the client's.
+            Ok(grpc) => call(grpc, trace.request(forwarded, message.clone())).await,
             Err(status) => Err(status),
         };
-        if let Some(span) = span {
-            // A stream's attempt ends when etcd answers its opening (the relay of its messages is the server span's).
-            span.end(
-                answer
-                    .as_ref()
-                    .map_or_else(Status::code, |_| tonic::Code::Ok),
-            );
-        }
+        // A stream's attempt ends when etcd answers its opening (the relay of its messages is the server span's).
+        trace.end(
+            answer
+                .as_ref()
+                .map_or_else(Status::code, |_| tonic::Code::Ok),
+        );
         (pick, answer)
     }
 

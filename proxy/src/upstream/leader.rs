@@ -34,15 +34,14 @@ impl Upstream {
                 let message = request.into_inner();
                 self.check_send(&message)?;
                 let mut grpc = self.client(self.members.get(leader).channel()).await?;
-                let (request, span) = self.traced(&path, &forwarded, message);
+                let trace = self.attempt_trace(&path, &forwarded);
+                let request = trace.request(&forwarded, message);
                 let answer = grpc.unary(request, path, RawCodec).await;
-                if let Some(span) = span {
-                    span.end(
-                        answer
-                            .as_ref()
-                            .map_or_else(Status::code, |_| tonic::Code::Ok),
-                    );
-                }
+                trace.end(
+                    answer
+                        .as_ref()
+                        .map_or_else(Status::code, |_| tonic::Code::Ok),
+                );
                 answer.map_err(error::to_client)
             }
             _ => self.unary(Retry::Write, path, request).await,
