@@ -265,6 +265,61 @@ async fn etcds_spans_hang_under_the_proxys_client_span() {
         "etcd's span hangs under the proxy's attempt"
     );
 
+    // A server stream the proxy opens for one client carries its trace too: RangeStream is relayed to etcd 3.7, and
+    // served from Range calls for an etcd before it.
+    let streamed = ClientTrace::new(0x40);
+    let mut answers = KvClient::new(channel(&proxy.addr()).await)
+        .range_stream(with_meta(
+            RangeRequest {
+                key: b"through".to_vec(),
+                ..Default::default()
+            },
+            "traceparent",
+            &streamed.traceparent(true),
+        ))
+        .await
+        .expect("RangeStream")
+        .into_inner();
+    while answers
+        .message()
+        .await
+        .expect("RangeStream answers")
+        .is_some()
+    {}
+    let etcd_method = match binaries.version {
+        Version::V3_7_3 => "etcdserverpb.KV/RangeStream",
+        _ => "etcdserverpb.KV/Range",
+    };
+    let spans = wait_for(
+        "etcd's and the proxy's spans of the RangeStream",
+        TIMEOUT,
+        || async {
+            let spans = collector.trace(&streamed.trace_id);
+            one(&spans, "etcd", SpanKind::Server, etcd_method)?;
+            one(&spans, "etcd-grpc-proxy", SpanKind::Client, etcd_method)?;
+            one(
+                &spans,
+                "etcd-grpc-proxy",
+                SpanKind::Server,
+                "etcdserverpb.KV/RangeStream",
+            )?;
+            Ok::<_, String>(spans)
+        },
+    )
+    .await;
+    let etcds = one(&spans, "etcd", SpanKind::Server, etcd_method).unwrap();
+    let proxys = one(&spans, "etcd-grpc-proxy", SpanKind::Client, etcd_method).unwrap();
+    let served = one(
+        &spans,
+        "etcd-grpc-proxy",
+        SpanKind::Server,
+        "etcdserverpb.KV/RangeStream",
+    )
+    .unwrap();
+    assert_eq!(etcds.span.parent_span_id, proxys.span.span_id);
+    assert_eq!(proxys.span.parent_span_id, served.span.span_id);
+    assert_eq!(served.span.parent_span_id, streamed.span_id);
+
     // Without tracing on the proxy the client's context is relayed untouched: etcd's span is the client's child.
     let plain = support::proxy::start(&etcd.endpoints(), &[]).await;
     let relayed = ClientTrace::new(0x50);
