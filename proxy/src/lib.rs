@@ -140,6 +140,7 @@ impl BoundProxy {
             metrics.clone(),
             stop_rx.clone(),
         );
+        let tracer = upstream.tracer().cloned();
         let rpc = rpc::Rpc::new(&upstream, &metrics, &self.config);
         if let Some(every) = self.config.endpoints_auto_sync {
             // As the proxy's user, if it has one: etcd 3.5.30 lists its members only to a caller with a token.
@@ -208,6 +209,10 @@ impl BoundProxy {
                 let _ = stop_tx.send(true);
                 serving.await;
             }
+        }
+        if let Some(tracer) = tracer {
+            // The last calls' spans, which would otherwise wait for their batch's delay past the proxy's exit.
+            tracer.flush().await;
         }
         Ok(())
     }

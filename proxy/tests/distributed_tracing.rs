@@ -455,3 +455,43 @@ async fn the_shared_watch_stream_is_the_proxys_own_trace_not_a_clients() {
         "etcd's stream span hangs under the proxy's stream"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_spans_are_sent_when_the_proxy_stops() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let collector = Collector::start().await;
+    let flags = proxy_tracing_flags(&collector.addr, 0);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut proxy = support::proxy::start(&etcd.endpoints(), &flags).await;
+    let client = ClientTrace::new(0x70);
+    put(&proxy.addr(), "last", Some(&client.traceparent(true))).await;
+    // At once: the spans' batch would wait 5 s to fill, and the proxy exits well before.
+    proxy.terminate();
+    wait_for("the proxy to exit", TIMEOUT, || {
+        let running = proxy.is_running();
+        async move {
+            (!running)
+                .then_some(())
+                .ok_or_else(|| "running".to_string())
+        }
+    })
+    .await;
+    let spans = collector.trace(&client.trace_id);
+    one(
+        &spans,
+        "etcd-grpc-proxy",
+        SpanKind::Server,
+        "etcdserverpb.KV/Put",
+    )
+    .unwrap();
+    one(
+        &spans,
+        "etcd-grpc-proxy",
+        SpanKind::Client,
+        "etcdserverpb.KV/Put",
+    )
+    .unwrap();
+}

@@ -1,7 +1,7 @@
 //! The proxy's spans to the collector: OTLP over gRPC (`TraceService/Export`), in batches, from one background
 //! task. The queue in front of it is bounded and never waited on: when it is full (the collector is slow or down)
 //! a span is dropped and counted, so tracing never slows a call. The collector is dialled through the proxy's
-//! [`Net`](crate::net::Net), as etcd is.
+//! [`Net`](crate::net::Net), as etcd is. When the proxy stops, what is queued is sent at once ([`Queue::flush`]).
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use proto::opentelemetry::proto::collector::trace::v1::{
 use proto::opentelemetry::proto::common::v1::InstrumentationScope;
 use proto::opentelemetry::proto::resource::v1::Resource;
 use proto::opentelemetry::proto::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tonic::transport::{Channel, Endpoint};
 use tonic_prost::ProstCodec;
 
@@ -34,6 +34,8 @@ const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/
 pub struct Queue {
     sender: mpsc::Sender<Span>,
     dropped: IntCounter,
+    /// Asks the exporting task to send what is queued now, and to say when it has.
+    flushes: mpsc::Sender<oneshot::Sender<()>>,
 }
 
 impl Queue {
@@ -41,6 +43,15 @@ impl Queue {
     pub fn push(&self, span: Span) {
         if self.sender.try_send(span).is_err() {
             self.dropped.inc();
+        }
+    }
+
+    /// Sends every span queued so far without waiting for its batch to fill; returns once the collector answered
+    /// (or the export failed).
+    pub async fn flush(&self) {
+        let (done, exported) = oneshot::channel();
+        if self.flushes.send(done).await.is_ok() {
+            let _ = exported.await;
         }
     }
 }
@@ -58,15 +69,21 @@ impl Exporter {
     /// Starts the exporting task; it ends when the queue's sender is dropped.
     pub fn start(self) -> Queue {
         let (sender, receiver) = mpsc::channel(QUEUE);
+        let (flushes, flush_requests) = mpsc::channel(1);
         let queue = Queue {
             sender,
             dropped: self.dropped.clone(),
+            flushes,
         };
-        tokio::spawn(self.run(receiver));
+        tokio::spawn(self.run(receiver, flush_requests));
         queue
     }
 
-    async fn run(self, mut receiver: mpsc::Receiver<Span>) {
+    async fn run(
+        self,
+        mut receiver: mpsc::Receiver<Span>,
+        mut flush_requests: mpsc::Receiver<oneshot::Sender<()>>,
+    ) {
         let channel = match Endpoint::from_shared(format!("http://{}", self.collector)) {
             Ok(endpoint) => endpoint
                 .connect_timeout(EXPORT_TIMEOUT)
@@ -82,29 +99,60 @@ impl Exporter {
         };
         let mut batch = Vec::with_capacity(BATCH);
         loop {
-            // Wait for a first span, then for the batch to fill or its delay to pass.
-            match receiver.recv().await {
-                Some(span) => batch.push(span),
-                None => return,
+            // Wait for a first span, then for the batch to fill or its delay to pass, unless a flush is asked for.
+            let mut flush = None;
+            tokio::select! {
+                biased;
+                asked = flush_requests.recv() => match asked {
+                    Some(done) => flush = Some(done),
+                    None => return,
+                },
+                span = receiver.recv() => match span {
+                    Some(span) => batch.push(span),
+                    None => return,
+                },
             }
             let deadline = tokio::time::Instant::now() + DELAY;
-            while batch.len() < BATCH {
-                match tokio::time::timeout_at(deadline, receiver.recv()).await {
-                    Ok(Some(span)) => batch.push(span),
-                    Ok(None) | Err(_) => break,
+            while flush.is_none() && batch.len() < BATCH {
+                tokio::select! {
+                    biased;
+                    asked = flush_requests.recv() => match asked {
+                        Some(done) => flush = Some(done),
+                        None => return,
+                    },
+                    span = tokio::time::timeout_at(deadline, receiver.recv()) => match span {
+                        Ok(Some(span)) => batch.push(span),
+                        Ok(None) | Err(_) => break,
+                    },
                 }
             }
-            let spans = std::mem::take(&mut batch);
-            let count = spans.len() as u64;
-            match self.export(channel.clone(), spans).await {
-                Ok(rejected) => {
-                    self.exported.inc_by(count.saturating_sub(rejected));
-                    self.dropped.inc_by(rejected.min(count));
+            if flush.is_some() {
+                while let Ok(span) = receiver.try_recv() {
+                    batch.push(span);
                 }
-                Err(status) => {
-                    tracing::debug!(%status, spans = count, "span export failed; spans dropped");
-                    self.dropped.inc_by(count);
-                }
+            }
+            while !batch.is_empty() {
+                let rest = batch.split_off(batch.len().min(BATCH));
+                let spans = std::mem::replace(&mut batch, rest);
+                self.send(&channel, spans).await;
+            }
+            if let Some(done) = flush {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Exports `spans`, counting them as exported or dropped.
+    async fn send(&self, channel: &Channel, spans: Vec<Span>) {
+        let count = spans.len() as u64;
+        match self.export(channel.clone(), spans).await {
+            Ok(rejected) => {
+                self.exported.inc_by(count.saturating_sub(rejected));
+                self.dropped.inc_by(rejected.min(count));
+            }
+            Err(status) => {
+                tracing::debug!(%status, spans = count, "span export failed; spans dropped");
+                self.dropped.inc_by(count);
             }
         }
     }

@@ -192,6 +192,12 @@ impl Tracer {
         (context.traceparent(), span)
     }
 
+    /// Sends the spans queued so far (the proxy stops), waiting at most [`export::EXPORT_TIMEOUT`] for the
+    /// collector.
+    pub async fn flush(&self) {
+        let _ = tokio::time::timeout(export::EXPORT_TIMEOUT, self.queue.flush()).await;
+    }
+
     fn now_unix_nanos(&self) -> u64 {
         let since_start = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.epoch_unix_nanos.saturating_add(since_start)
