@@ -15,8 +15,11 @@
 //! `<module>::foo_server::{Foo, FooServer}`; the gRPC paths are etcd's own, e.g.
 //! `/etcdserverpb.KV/Range` or `/v3lockpb.Lock/Lock`.
 //!
-//! [`FILE_DESCRIPTOR_SET`] is the encoded `google.protobuf.FileDescriptorSet` of all five
-//! files, for tests and for gRPC reflection.
+//! [`opentelemetry`] holds the parts of OTLP (opentelemetry-proto v1: `common`, `resource`, `trace` and the
+//! collector's `TraceService`) that the proxy exports its spans with, in modules nested as the packages are.
+//!
+//! [`FILE_DESCRIPTOR_SET`] is the encoded `google.protobuf.FileDescriptorSet` of etcd's
+//! five files (not OTLP's), for tests and for gRPC reflection.
 //!
 //! The modules are siblings at the crate root because prost refers to other packages
 //! by relative paths such as `super::mvccpb::KeyValue`.
@@ -49,6 +52,36 @@ pub mod v3electionpb {
 #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs)]
 pub mod v3lockpb {
     tonic::include_proto!("v3lockpb");
+}
+
+/// OTLP's span export (`opentelemetry.proto.*.v1`): nested as the packages are, since prost refers from one package
+/// to another by relative paths (`super::super::...`).
+#[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs)]
+pub mod opentelemetry {
+    pub mod proto {
+        pub mod common {
+            pub mod v1 {
+                tonic::include_proto!("opentelemetry.proto.common.v1");
+            }
+        }
+        pub mod resource {
+            pub mod v1 {
+                tonic::include_proto!("opentelemetry.proto.resource.v1");
+            }
+        }
+        pub mod trace {
+            pub mod v1 {
+                tonic::include_proto!("opentelemetry.proto.trace.v1");
+            }
+        }
+        pub mod collector {
+            pub mod trace {
+                pub mod v1 {
+                    tonic::include_proto!("opentelemetry.proto.collector.trace.v1");
+                }
+            }
+        }
+    }
 }
 
 /// Encoded `FileDescriptorSet` of every `.proto` file of this crate (with source info).

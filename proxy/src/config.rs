@@ -238,6 +238,8 @@ pub struct Config {
     pub enable_pprof: bool,
     /// `--experimental-enable-grpc-logging`: one log line per gRPC call at its end.
     pub grpc_logging: bool,
+    /// `--enable-distributed-tracing` and its settings; `None`: off.
+    pub distributed_tracing: Option<crate::otel::Settings>,
 }
 
 impl Config {
@@ -282,6 +284,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(10),
             enable_pprof: false,
             grpc_logging: false,
+            distributed_tracing: None,
         }
     }
 }

@@ -20,6 +20,8 @@
 //! - [`error`]: what status a client sees and what an upstream failure means.
 //! - [`health`], [`metrics`]: `/health` and `/proxy/health`, and the Prometheus registry of one running proxy
 //!   (`/proxy/metrics`; `/metrics` relays etcd's, see [`server`]).
+//! - [`otel`]: `--enable-distributed-tracing`: the proxy's own spans (server and client side of each call), exported
+//!   over OTLP/gRPC; clients' trace context travels upstream either way (`upstream::Forwarded`).
 //! - [`logging`]: `--log-level`, `--log-outputs`: JSON lines with the field names of etcd's zap logger.
 //! - [`profiling`]: `--enable-pprof`'s `/debug/pprof/` (CPU profiles in pprof's format, runtime counts).
 //! - `fuzzing` (with the `fuzzing` feature): entry points for the fuzz targets of `fuzz/` (`cargo fuzz`).
@@ -44,6 +46,7 @@ pub mod logging;
 pub mod metrics;
 pub mod namespace;
 pub mod net;
+pub mod otel;
 pub mod profiling;
 pub mod rpc;
 pub mod server;
@@ -137,6 +140,7 @@ impl BoundProxy {
             metrics.clone(),
             stop_rx.clone(),
         );
+        let tracer = upstream.tracer().cloned();
         let rpc = rpc::Rpc::new(&upstream, &metrics, &self.config);
         if let Some(every) = self.config.endpoints_auto_sync {
             // As the proxy's user, if it has one: etcd 3.5.30 lists its members only to a caller with a token.
@@ -205,6 +209,10 @@ impl BoundProxy {
                 let _ = stop_tx.send(true);
                 serving.await;
             }
+        }
+        if let Some(tracer) = tracer {
+            // The last calls' spans, which would otherwise wait for their batch's delay past the proxy's exit.
+            tracer.flush().await;
         }
         Ok(())
     }

@@ -29,6 +29,9 @@ fn main() -> ExitCode {
         }
     };
     proxy::logging::init(cli.log_level, outputs);
+    for warning in &cli.warnings {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(
         seed = cli.config.seed,
         from_flag = cli.seed_given,

@@ -24,6 +24,11 @@ pub struct Metrics {
     pub upstream_failovers: IntCounter,
     /// Serializable reads asked again linearizably because their member lagged.
     pub serializable_reads_reasked: IntCounter,
+    /// Spans of the proxy's own (`--enable-distributed-tracing`) dropped: the export queue was full (the collector
+    /// slow or down) or an export failed.
+    pub trace_spans_dropped: IntCounter,
+    /// Spans of the proxy's own that the collector accepted.
+    pub trace_spans_exported: IntCounter,
     /// Range calls answered from the range cache (etcd's Go proxy's name; a counter here, a gauge there).
     pub cache_hits: IntCounter,
     /// Serializable Range calls the range cache could not answer.
@@ -108,6 +113,14 @@ impl Metrics {
         let upstream_failovers = IntCounter::new(
             "etcd_grpc_proxy_upstream_failovers_total",
             "Times the active etcd endpoint was replaced after a failure.",
+        )?;
+        let trace_spans_dropped = IntCounter::new(
+            "etcd_grpc_proxy_trace_spans_dropped_total",
+            "Spans of the proxy's own dropped because the OTLP collector was slow, down or refused them.",
+        )?;
+        let trace_spans_exported = IntCounter::new(
+            "etcd_grpc_proxy_trace_spans_exported_total",
+            "Spans of the proxy's own that the OTLP collector accepted.",
         )?;
         let cache_hits = IntCounter::new(
             "etcd_grpc_proxy_cache_hits_total",
@@ -208,6 +221,8 @@ impl Metrics {
         registry.register(Box::new(upstream_active.clone()))?;
         registry.register(Box::new(upstream_failovers.clone()))?;
         registry.register(Box::new(serializable_reads_reasked.clone()))?;
+        registry.register(Box::new(trace_spans_dropped.clone()))?;
+        registry.register(Box::new(trace_spans_exported.clone()))?;
         registry.register(Box::new(cache_hits.clone()))?;
         registry.register(Box::new(cache_misses.clone()))?;
         registry.register(Box::new(cache_keys.clone()))?;
@@ -238,6 +253,8 @@ impl Metrics {
             upstream_active,
             upstream_failovers,
             serializable_reads_reasked,
+            trace_spans_dropped,
+            trace_spans_exported,
             cache_hits,
             cache_misses,
             cache_keys,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Command, FromArgMatches};
 
 mod discovery;
+mod distributed_tracing;
 pub mod srv;
 mod tls;
 
@@ -133,6 +134,8 @@ struct StartArgs {
     #[command(flatten)]
     discovery: discovery::DiscoveryArgs,
     #[command(flatten)]
+    tracing: distributed_tracing::TracingArgs,
+    #[command(flatten)]
     srv: srv::SrvArgs,
 }
 
@@ -150,6 +153,8 @@ pub struct Cli {
     pub worker_threads: usize,
     /// `--max-client-connections` if given; otherwise the caller derives it from the open-file limit.
     pub max_client_connections: Option<usize>,
+    /// Deprecated spellings the command line used, for the caller to warn about once logging is set up.
+    pub warnings: Vec<String>,
     /// `--discovery-srv`: the caller looks the endpoints up ([`srv::discover`]) and puts them in `config`
     /// ([`srv::use_endpoints`]), which has none until then.
     pub srv: Option<srv::Request>,
@@ -275,6 +280,7 @@ fn into_config(
     config.namespace = std::os::unix::ffi::OsStrExt::as_bytes(args.namespace.as_os_str()).to_vec();
     tls::apply(args.tls, &mut config)?;
     discovery::apply(args.discovery, &mut config, discovery::host_name())?;
+    let warnings = distributed_tracing::apply(args.tracing, &mut config, wall_clock_unix_nanos())?;
     Ok(Cli {
         config,
         log_level,
@@ -282,8 +288,16 @@ fn into_config(
         seed_given,
         worker_threads: args.worker_threads,
         max_client_connections: args.max_client_connections,
+        warnings,
         srv,
     })
+}
+
+/// The wall clock, read once where the flags are read: span times count on from it with `tokio::time` (a
+/// simulation builds its config without this).
+fn wall_clock_unix_nanos() -> u64 {
+    let since_epoch = time::OffsetDateTime::now_utc() - time::OffsetDateTime::UNIX_EPOCH;
+    u64::try_from(since_epoch.whole_nanoseconds()).unwrap_or(0)
 }
 
 /// Where the password of `--user` may come from besides the command line.
@@ -573,6 +587,79 @@ mod tests {
         );
         let err = parse_err(&["start", "--experimental-leasing-ttl=0"]);
         assert!(err.contains("experimental-leasing-ttl"), "{err}");
+    }
+
+    #[test]
+    fn distributed_tracing_takes_etcds_flags_in_both_spellings() {
+        let off = parse_ok(&["start", "--distributed-tracing-sampling-rate=-1"]);
+        assert_eq!(off.config.distributed_tracing, None, "off, nothing checked");
+        let defaults = parse_ok(&["start", "--enable-distributed-tracing"])
+            .config
+            .distributed_tracing
+            .expect("on");
+        assert_eq!(
+            (
+                defaults.address.as_str(),
+                defaults.service_name.as_str(),
+                defaults.instance_id.as_str(),
+                defaults.sampling_per_million
+            ),
+            ("localhost:4317", "etcd", "", 0)
+        );
+        let new = parse_ok(&[
+            "start",
+            "--enable-distributed-tracing=true",
+            "--distributed-tracing-address=127.0.0.1:4318",
+            "--distributed-tracing-service-name=proxy",
+            "--distributed-tracing-instance-id=p1",
+            "--distributed-tracing-sampling-rate=1000000",
+        ]);
+        assert!(new.warnings.is_empty());
+        let old = parse_ok(&[
+            "start",
+            "--experimental-enable-distributed-tracing",
+            "--experimental-distributed-tracing-address=127.0.0.1:4318",
+            "--experimental-distributed-tracing-service-name=proxy",
+            "--experimental-distributed-tracing-instance-id=p1",
+            "--experimental-distributed-tracing-sampling-rate=1000000",
+            // The deprecated spelling wins, as in etcd 3.6.
+            "--distributed-tracing-service-name=other",
+        ]);
+        assert_eq!(old.warnings.len(), 5, "{:?}", old.warnings);
+        assert!(old.warnings[0].contains("use --enable-distributed-tracing"));
+        let (new, mut old) = (
+            new.config.distributed_tracing.unwrap(),
+            old.config.distributed_tracing.unwrap(),
+        );
+        // Each parse reads the wall clock.
+        old.epoch_unix_nanos = new.epoch_unix_nanos;
+        assert_eq!(new, old);
+        assert_eq!(
+            (
+                new.address.as_str(),
+                new.service_name.as_str(),
+                new.instance_id.as_str(),
+                new.sampling_per_million
+            ),
+            ("127.0.0.1:4318", "proxy", "p1", 1_000_000)
+        );
+        for (rate, why) in [
+            ("-1", "tracing sampling rate must be positive"),
+            ("1000001", "tracing sampling rate must be less than 1000000"),
+        ] {
+            let err = parse_err(&[
+                "start",
+                "--enable-distributed-tracing",
+                &format!("--distributed-tracing-sampling-rate={rate}"),
+            ]);
+            assert!(err.contains(why), "{err}");
+        }
+        let err = parse_err(&[
+            "start",
+            "--enable-distributed-tracing",
+            "--distributed-tracing-address=nohost",
+        ]);
+        assert!(err.contains("--distributed-tracing-address"), "{err}");
     }
 
     #[test]

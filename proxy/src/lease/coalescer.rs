@@ -76,7 +76,16 @@ pub async fn run(
             pick: &pick,
             token: token.as_ref(),
         };
-        let outcome = stream.serve(&mut leases, &mut requests).await;
+        let mut own_span = None;
+        let outcome = stream
+            .serve(&mut leases, &mut requests, &mut own_span)
+            .await;
+        if let Some(span) = own_span {
+            span.end(match &outcome {
+                StreamEnd::Failed(status) => status.code(),
+                _ => tonic::Code::Ok,
+            });
+        }
         match outcome {
             StreamEnd::ClientsGone => return,
             StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
@@ -129,11 +138,13 @@ struct Stream<'a> {
 }
 
 impl Stream<'_> {
-    /// Serves one upstream stream until it ends.
+    /// Serves one upstream stream until it ends; with tracing on, `own_span` gets the stream's span (the stream is
+    /// the proxy's, shared by clients: see [`crate::otel::own_stream`]).
     async fn serve(
         &self,
         leases: &mut BTreeMap<i64, LeaseRenewals>,
         requests: &mut mpsc::Receiver<Renew>,
+        own_span: &mut Option<crate::otel::span::OpenSpan>,
     ) -> StreamEnd {
         let Stream {
             upstream,
@@ -142,7 +153,12 @@ impl Stream<'_> {
             token,
         } = *self;
         let (tx, rx) = mpsc::unbounded_channel();
-        let request = keep_alive_request(UnboundedReceiverStream::new(rx), token);
+        let mut request = keep_alive_request(UnboundedReceiverStream::new(rx), token);
+        *own_span = crate::otel::own_stream(
+            upstream.tracer(),
+            "/etcdserverpb.Lease/LeaseKeepAlive",
+            request.metadata_mut(),
+        );
         let mut client = LeaseClient::new(pick.channel.clone())
             .max_decoding_message_size(upstream.max_recv_bytes);
         send_queued(leases, &tx, metrics);

@@ -303,8 +303,17 @@ fn plain(status: StatusCode, content_type: &'static str, body: String) -> Respon
 }
 
 /// Serves one gRPC call, counting it and translating tonic's size errors into etcd's.
-async fn grpc(app: &App, peer: std::net::SocketAddr, request: Request<Incoming>) -> Response<Body> {
+async fn grpc(
+    app: &App,
+    peer: std::net::SocketAddr,
+    mut request: Request<Incoming>,
+) -> Response<Body> {
     let path = request.uri().path().to_string();
+    // With tracing on, the call's server span; its context replaces the client's `traceparent` for the upstream.
+    let span = app
+        .upstream
+        .tracer()
+        .and_then(|tracer| tracer.server_span(&path, request.headers_mut()));
     let labels = RpcLabels::from_path(&path);
     app.metrics
         .grpc_started
@@ -329,6 +338,7 @@ async fn grpc(app: &App, peer: std::net::SocketAddr, request: Request<Incoming>)
             metrics: app.metrics.clone(),
             labels,
             started,
+            span,
         }),
     };
     if let Some(code) = early_code {
@@ -419,6 +429,8 @@ struct Record {
     metrics: Metrics,
     labels: RpcLabels,
     started: Instant,
+    /// The call's server span, when tracing is on and it is recorded.
+    span: Option<crate::otel::span::OpenSpan>,
 }
 
 /// A response body that records the call's status when it is known (trailers, or the end of a trailers-only
@@ -447,6 +459,9 @@ impl MeteredBody {
                 .observe(elapsed.as_secs_f64());
             if let Some(log) = &record.log {
                 log.finished(service, method, code, elapsed);
+            }
+            if let Some(span) = record.span {
+                span.end(code);
             }
         }
     }

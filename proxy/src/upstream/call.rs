@@ -41,6 +41,33 @@ pub enum Retry {
     Write,
 }
 
+/// The tracing of one attempt on etcd (nothing with tracing off).
+#[derive(Default)]
+pub(super) struct AttemptTrace {
+    traceparent: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    span: Option<crate::otel::span::OpenSpan>,
+}
+
+impl AttemptTrace {
+    /// The attempt's request: what the client's carried, its `traceparent` naming the attempt's span.
+    pub(super) fn request(&self, forwarded: &Forwarded, message: Bytes) -> Request<Bytes> {
+        let mut request = forwarded.request(message);
+        if let Some(traceparent) = &self.traceparent {
+            request
+                .metadata_mut()
+                .insert(crate::otel::TRACEPARENT, traceparent.clone());
+        }
+        request
+    }
+
+    /// Ends the attempt's span with the code etcd answered.
+    pub(super) fn end(self, code: tonic::Code) {
+        if let Some(span) = self.span {
+            span.end(code);
+        }
+    }
+}
+
 /// A response stream as the proxy's services return it.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -83,7 +110,7 @@ impl Upstream {
             let path = path.clone();
             async move { grpc.unary(request, path, RawCodec).await }
         };
-        let (_, response) = self.with_retries(retry, request, call).await?;
+        let (_, response) = self.with_retries(retry, path, request, call).await?;
         Ok(response)
     }
 
@@ -95,7 +122,7 @@ impl Upstream {
         request: Request<Bytes>,
     ) -> Result<Response<BoxStream<Bytes>>, Status> {
         let (pick, response) = self
-            .with_retries(Retry::ReadOnly, request, |mut grpc, request| {
+            .with_retries(Retry::ReadOnly, &path, request, |mut grpc, request| {
                 let path = path.clone();
                 async move { grpc.server_streaming(request, path, RawCodec).await }
             })
@@ -151,6 +178,19 @@ impl Upstream {
         Ok(grpc)
     }
 
+    /// With tracing on, the client span of one attempt of `path` on etcd, a child of the call's server span (whose
+    /// context the forwarded `traceparent` carries), and the `traceparent` naming it for the attempt's request.
+    pub(super) fn attempt_trace(&self, path: &PathAndQuery, forwarded: &Forwarded) -> AttemptTrace {
+        let (Some(tracer), Some(parent)) = (&self.tracer, forwarded.trace_parent()) else {
+            return AttemptTrace::default();
+        };
+        let (traceparent, span) = tracer.client_span(path.path(), parent);
+        AttemptTrace {
+            traceparent: traceparent.parse().ok(),
+            span,
+        }
+    }
+
     pub(super) fn check_send(&self, message: &Bytes) -> Result<(), Status> {
         if message.len() > self.max_send_bytes {
             return Err(error::sending_too_large(message.len(), self.max_send_bytes));
@@ -190,6 +230,7 @@ impl Upstream {
     async fn with_retries<Resp, F, Fut>(
         self: &Arc<Self>,
         retry: Retry,
+        path: &PathAndQuery,
         request: Request<Bytes>,
         call: F,
     ) -> Result<(Active, Resp), Status>
@@ -203,7 +244,7 @@ impl Upstream {
         let deadline = forwarded
             .deadline
             .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
-        let attempt_on = |pick: Active| self.attempt(pick, &forwarded, &message, &call);
+        let attempt_on = |pick: Active| self.attempt(pick, path, &forwarded, &message, &call);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -216,7 +257,7 @@ impl Upstream {
                 Ok(response) => return Ok((pick, response.into_inner())),
                 Err(status) if forwarded.requires_leader() && status.message() == NO_LEADER => {
                     return self
-                        .ask_others_for_leader(&pick, retry, &forwarded, &message, &call, status)
+                        .ask_others_for_leader(&pick, retry, &attempt_on, status)
                         .await;
                 }
                 Err(status) => {
@@ -231,6 +272,7 @@ impl Upstream {
     async fn attempt<Resp, F, Fut>(
         &self,
         pick: Active,
+        path: &PathAndQuery,
         forwarded: &Forwarded,
         message: &Bytes,
         call: &F,
@@ -239,10 +281,18 @@ impl Upstream {
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
+        let trace = self.attempt_trace(path, forwarded);
         let answer = match self.client(pick.channel.clone()).await {
-            Ok(grpc) => call(grpc, forwarded.request(message.clone())).await,
+            // Built once the channel is ready, so that the deadline sent is what is left of the client's.
+            Ok(grpc) => call(grpc, trace.request(forwarded, message.clone())).await,
             Err(status) => Err(status),
         };
+        // A stream's attempt ends when etcd answers its opening (the relay of its messages is the server span's).
+        trace.end(
+            answer
+                .as_ref()
+                .map_or_else(Status::code, |_| tonic::Code::Ok),
+        );
         (pick, answer)
     }
 
@@ -314,23 +364,19 @@ impl Upstream {
     /// becomes the active endpoint. When none can serve, the client gets etcd's "no leader" answer, as it would
     /// from its member directly, and at once rather than after the whole retry window. A "no leader" answer marks
     /// no endpoint down: during an election every member gives it.
-    async fn ask_others_for_leader<Resp, F, Fut>(
+    async fn ask_others_for_leader<Resp, A, Fut>(
         self: &Arc<Self>,
         refused: &Active,
         retry: Retry,
-        forwarded: &Forwarded,
-        message: &Bytes,
-        call: &F,
+        attempt_on: A,
         no_leader: Status,
     ) -> Result<(Active, Resp), Status>
     where
-        F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
-        Fut: Future<Output = Result<Response<Resp>, Status>>,
+        A: Fn(Active) -> Fut,
+        Fut: Future<Output = (Active, Result<Response<Resp>, Status>)>,
     {
         for index in self.others(refused.index) {
-            let (pick, answer) = self
-                .attempt(self.member(index), forwarded, message, call)
-                .await;
+            let (pick, answer) = attempt_on(self.member(index)).await;
             match answer {
                 Ok(response) => {
                     self.seek_leader(refused);

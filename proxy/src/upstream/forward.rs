@@ -6,8 +6,20 @@ use tokio::time::Instant;
 use tonic::Request;
 use tonic::metadata::MetadataMap;
 
-/// Metadata keys etcd reads from requests: the auth token (gRPC and gateway spellings) and the leader requirement.
-const FORWARDED_KEYS: [&str; 3] = ["token", "authorization", "hasleader"];
+/// Metadata keys etcd reads from requests: the auth token (gRPC and gateway spellings), the leader requirement, the
+/// client's API version (a label of etcd's `etcd_server_client_requests_total`; etcd refuses one that is not UTF-8),
+/// and the trace context its otelgrpc interceptor reads (W3C `traceparent` and `tracestate`, and `baggage`), so a
+/// trace a client starts reaches etcd's spans through the proxy (with `--enable-distributed-tracing`, `traceparent`
+/// names the proxy's span instead: see [`crate::otel`]).
+const FORWARDED_KEYS: [&str; 7] = [
+    "token",
+    "authorization",
+    "hasleader",
+    "client-api-version",
+    "traceparent",
+    "tracestate",
+    "baggage",
+];
 
 /// The parts of a client request that each upstream attempt repeats.
 #[derive(Clone, Debug, Default)]
@@ -52,6 +64,12 @@ impl Forwarded {
             let value = self.metadata.get(key)?.to_str().ok()?;
             Some(value.to_owned())
         })
+    }
+
+    /// The span the caller's `traceparent` names, if it is valid.
+    pub fn trace_parent(&self) -> Option<crate::otel::context::SpanContext> {
+        let value = self.metadata.get(crate::otel::TRACEPARENT)?.to_str().ok()?;
+        crate::otel::context::SpanContext::parse(value)
     }
 
     /// Whether the caller requires a leader (`hasleader: true`).
@@ -108,6 +126,36 @@ mod tests {
         assert_eq!(parse_grpc_timeout("999999999S"), None, "more than 8 digits");
         assert_eq!(parse_grpc_timeout("5x"), None);
         assert_eq!(parse_grpc_timeout("S"), None);
+    }
+
+    #[test]
+    fn trace_context_and_the_api_version_travel_upstream_as_sent() {
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut request = Request::new(());
+        for (key, value) in [
+            ("traceparent", traceparent),
+            ("tracestate", "vendor=opaque"),
+            ("baggage", "user=alice"),
+            ("client-api-version", "3.6"),
+        ] {
+            request.metadata_mut().insert(key, value.parse().unwrap());
+        }
+        let forwarded = Forwarded::capture(&request);
+        let upstream = forwarded.request(());
+        assert_eq!(upstream.metadata().get("traceparent").unwrap(), traceparent);
+        assert_eq!(
+            upstream.metadata().get("tracestate").unwrap(),
+            "vendor=opaque"
+        );
+        assert_eq!(upstream.metadata().get("baggage").unwrap(), "user=alice");
+        assert_eq!(
+            upstream.metadata().get("client-api-version").unwrap(),
+            "3.6"
+        );
+        assert_eq!(
+            forwarded.trace_parent().map(|p| p.traceparent()).as_deref(),
+            Some(traceparent)
+        );
     }
 
     #[test]

@@ -34,9 +34,15 @@ impl Upstream {
                 let message = request.into_inner();
                 self.check_send(&message)?;
                 let mut grpc = self.client(self.members.get(leader).channel()).await?;
-                grpc.unary(forwarded.request(message), path, RawCodec)
-                    .await
-                    .map_err(error::to_client)
+                let trace = self.attempt_trace(&path, &forwarded);
+                let request = trace.request(&forwarded, message);
+                let answer = grpc.unary(request, path, RawCodec).await;
+                trace.end(
+                    answer
+                        .as_ref()
+                        .map_or_else(Status::code, |_| tonic::Code::Ok),
+                );
+                answer.map_err(error::to_client)
             }
             _ => self.unary(Retry::Write, path, request).await,
         }

@@ -124,6 +124,8 @@ pub struct Upstream {
     revision_floor: Option<RevisionFloor>,
     /// Becomes true when the proxy shuts down; running streams end then.
     shutdown: watch::Receiver<bool>,
+    /// `--enable-distributed-tracing`: makes the client span of each attempt (and the server span of each call).
+    tracer: Option<Arc<crate::otel::Tracer>>,
 }
 
 impl Upstream {
@@ -137,6 +139,10 @@ impl Upstream {
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Self> {
         let tls_on = tls.is_some();
+        // The collector is dialled through the same seam as etcd, in plaintext as etcd dials it.
+        let tracer = config.distributed_tracing.as_ref().map(|settings| {
+            crate::otel::Tracer::start(settings, config.seed, Connector::new(net.clone()), &metrics)
+        });
         let connector = Connector::with_tls(net, tls);
         let channel_settings = ChannelSettings::of(config);
         let members: Vec<Member> = config
@@ -182,6 +188,7 @@ impl Upstream {
             read_latency: LatencyEstimate::default(),
             revision_floor: config.serializable_ordering.then(RevisionFloor::default),
             shutdown,
+            tracer,
         });
         if choosing {
             tokio::spawn(upstream.clone().choose_first(active));
@@ -190,6 +197,11 @@ impl Upstream {
         }
         tokio::spawn(upstream.clone().heartbeat());
         upstream
+    }
+
+    /// The tracer of `--enable-distributed-tracing`, if it is on.
+    pub fn tracer(&self) -> Option<&Arc<crate::otel::Tracer>> {
+        self.tracer.as_ref()
     }
 
     /// The active endpoint now, even while its replacement is being chosen.

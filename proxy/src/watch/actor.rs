@@ -138,7 +138,17 @@ impl Actor {
                 self.learn_version(token.as_deref()).await;
             }
             let pick = self.upstream.serving().await;
-            match self.serve_stream(&pick, token.as_deref()).await {
+            let mut own_span = None;
+            let end = self
+                .serve_stream(&pick, token.as_deref(), &mut own_span)
+                .await;
+            if let Some(span) = own_span {
+                span.end(match &end {
+                    StreamEnd::Failed(status) => status.code(),
+                    _ => tonic::Code::Ok,
+                });
+            }
+            match end {
                 StreamEnd::Finished => return,
                 StreamEnd::Idle | StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
                 StreamEnd::TokenRefused => {
@@ -263,9 +273,21 @@ impl Actor {
         }
     }
 
-    async fn serve_stream(&mut self, pick: &Active, token: Option<&str>) -> StreamEnd {
+    /// Serves one upstream stream; with tracing on, `own_span` gets the stream's span (the stream is the proxy's,
+    /// shared by clients: see [`crate::otel::own_stream`]).
+    async fn serve_stream(
+        &mut self,
+        pick: &Active,
+        token: Option<&str>,
+        own_span: &mut Option<crate::otel::span::OpenSpan>,
+    ) -> StreamEnd {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut request = Request::new(UnboundedReceiverStream::new(rx));
+        *own_span = crate::otel::own_stream(
+            self.upstream.tracer(),
+            "/etcdserverpb.Watch/Watch",
+            request.metadata_mut(),
+        );
         // etcd ends a stream that requires a leader when it loses it, so the proxy notices and fails over.
         request
             .metadata_mut()

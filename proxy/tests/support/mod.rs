@@ -8,11 +8,13 @@
 //! - [`compare`], [`pair`]: the same `etcdctl` steps or client calls against a direct etcd and through the proxy;
 //! - [`fake_etcd`]: a fake member for what real etcd cannot be made to do on cue;
 //! - [`metrics`]: reading the proxy's Prometheus text; [`grpc`]: plain tonic channels and metadata;
-//! - [`watch`]: a raw Watch stream driven request by request.
+//! - [`watch`]: a raw Watch stream driven request by request;
+//! - [`collector`]: a loopback OTLP collector that keeps the spans it receives.
 //!
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod collector;
 pub mod compare;
 pub mod fake_etcd;
 pub mod grpc;
