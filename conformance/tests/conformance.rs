@@ -36,7 +36,7 @@ fn main() {
 }
 
 async fn run(filters: Vec<String>) -> bool {
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/conformance");
     let mut scenarios =
         scenario::load_all(&root).unwrap_or_else(|e| panic!("loading scenarios: {e}"));
