@@ -141,14 +141,15 @@ impl ProxyProcess {
         Self::ready(addr, tls, Runner::Process(process), log, dir).await
     }
 
-    /// Like [`ProxyProcess::start_with`], the proxy run from its container image ([`crate::proxy_image::image`])
-    /// on the host's network instead of as a child process; the files its flags name are mounted into it.
+    /// Like [`ProxyProcess::start_with`], the proxy run from its container image ([`crate::proxy_image::image`] of
+    /// the release [`binary`]) on the host's network instead of as a child process; the files its flags name are
+    /// mounted into it.
     pub async fn start_image(
         endpoints: &[String],
         flags: &[String],
         tls: Option<TlsPaths>,
     ) -> Result<Self, String> {
-        let image = crate::proxy_image::image()?;
+        let image = crate::proxy_image::image(&binary()?)?;
         let addr = format!("127.0.0.1:{}", free_port());
         let dir = dirs::temp_dir("etcd-grpc-proxy-").map_err(|e| format!("temp dir: {e}"))?;
         let log = dir.path().join("proxy.log");

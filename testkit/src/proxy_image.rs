@@ -1,8 +1,8 @@
 //! The proxy's container image (`deploy/container/Dockerfile`, built by `ci/container-image.sh`) run through
-//! testcontainers, for the conformance suite's `container` target: the same binary as [`crate::proxy::binary`],
-//! as operators run it from the image.
+//! testcontainers, for the conformance suite's `container` target: the same binary as the kit's release build, as
+//! operators run it from the image.
 //!
-//! [`image`] builds the image once per test process from the release binary (the script keeps an image already
+//! [`image`] builds the image once per test process from the release binary it is given (the script keeps an image already
 //! labelled with that binary's sha256, so a test never runs a stale image). [`ImageRun`] is one container of it:
 //! on the host's network, its output copied to a log file, its files (certificates and keys named by its flags)
 //! copied into a directory owned by the image's non-root user (its `USER`, read from the image) and mounted
@@ -23,20 +23,20 @@ use crate::dirs;
 /// Where a container finds the files its flags name.
 pub const FILES_DIR: &str = "/etc/etcd-grpc-proxy/files";
 
-/// The image reference (`etcd-grpc-proxy:<version>`) holding the current release binary: built or confirmed by
-/// `ci/container-image.sh` on first use, with the Docker daemon `DOCKER_HOST` names.
-pub fn image() -> Result<String, String> {
+/// The image reference (`etcd-grpc-proxy:<version>`) holding `bin`, the proxy's release binary (the same one for
+/// the whole test process): built or confirmed by `ci/container-image.sh` on first use, with the Docker daemon
+/// `DOCKER_HOST` names.
+pub fn image(bin: &Path) -> Result<String, String> {
     static IMAGE: OnceLock<Result<String, String>> = OnceLock::new();
-    IMAGE.get_or_init(build_image).clone()
+    IMAGE.get_or_init(|| build_image(bin)).clone()
 }
 
-fn build_image() -> Result<String, String> {
-    let bin = crate::proxy::binary()?;
+fn build_image(bin: &Path) -> Result<String, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("the testkit crate has no parent directory")?;
     let out = Command::new(root.join("ci/container-image.sh"))
-        .arg(&bin)
+        .arg(bin)
         .current_dir(root)
         .output()
         .map_err(|e| format!("run ci/container-image.sh: {e}"))?;
