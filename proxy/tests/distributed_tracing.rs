@@ -196,21 +196,28 @@ async fn the_proxys_spans_hang_under_the_clients_trace_and_unsampled_calls_make_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcds_spans_hang_under_the_proxys_client_span() {
-    let Some(binaries) = support::etcd() else {
-        return;
-    };
+/// A loopback collector, and a one-member etcd of the test's version exporting its spans to it; `None` (the test
+/// skips) when etcd is missing or has no distributed tracing (3.4).
+async fn traced_etcd() -> Option<(testkit::Binaries, Collector, testkit::EtcdCluster)> {
+    let binaries = support::etcd()?;
     let collector = Collector::start().await;
     let Some(etcd_flags) = etcd_tracing_flags(binaries.version, &collector.addr) else {
         eprintln!(
             "etcd {} has no distributed tracing: skipped",
             binaries.version.name()
         );
-        return;
+        return None;
     };
     let etcd_flags: Vec<&str> = etcd_flags.iter().map(String::as_str).collect();
     let etcd = support::cluster(&binaries, 1, &etcd_flags).await;
+    Some((binaries, collector, etcd))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_spans_hang_under_the_proxys_client_span() {
+    let Some((binaries, collector, etcd)) = traced_etcd().await else {
+        return;
+    };
 
     // Directly: etcd's server span is a child of the caller's span, in the caller's trace.
     let direct = ClientTrace::new(0x10);
@@ -388,19 +395,9 @@ async fn a_collector_that_is_down_costs_calls_nothing_and_its_spans_are_counted_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shared_watch_stream_is_the_proxys_own_trace_not_a_clients() {
-    let Some(binaries) = support::etcd() else {
+    let Some((_, collector, etcd)) = traced_etcd().await else {
         return;
     };
-    let collector = Collector::start().await;
-    let Some(etcd_flags) = etcd_tracing_flags(binaries.version, &collector.addr) else {
-        eprintln!(
-            "etcd {} has no distributed tracing: skipped",
-            binaries.version.name()
-        );
-        return;
-    };
-    let etcd_flags: Vec<&str> = etcd_flags.iter().map(String::as_str).collect();
-    let etcd = support::cluster(&binaries, 1, &etcd_flags).await;
     let flags = proxy_tracing_flags(&collector.addr, 1_000_000);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let proxy = support::proxy::start(&etcd.endpoints(), &flags).await;
