@@ -6,6 +6,8 @@
 //! - [`server`]: one listener for gRPC and the HTTP admin routes (and `--metrics-addr`'s, admin routes only), per-RPC
 //!   metrics, graceful shutdown.
 //! - [`tls`]: TLS towards clients and towards etcd, above the `Net` seam; every file re-read for new connections.
+//! - [`gateway`]: etcd's HTTP/JSON gateway (`POST /v3/...`) on the client port: each call served as the gRPC call
+//!   it names, its answer written as JSON in the form of the etcd version behind.
 //! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`cache`]: serializable Range calls answered from copies of ranges a watch keeps current.
@@ -39,6 +41,7 @@ pub mod config;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod gateway;
 pub mod health;
 pub mod lease;
 pub mod leasing;
@@ -162,6 +165,10 @@ impl BoundProxy {
                     ttl: resolver.ttl,
                 })
             });
+        let gateway = gateway::Gateway::new(
+            upstream.clone(),
+            self.config.max_recv_bytes.min(self.config.max_send_bytes),
+        );
         let app = Arc::new(server::App {
             rpc,
             upstream,
@@ -174,6 +181,7 @@ impl BoundProxy {
             ),
             pprof: self.config.enable_pprof,
             grpc_logging: self.config.grpc_logging,
+            gateway,
         });
         if let Some(listener) = self.metrics_listener {
             let metrics_port = server::Port {

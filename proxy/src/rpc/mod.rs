@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use hyper::body::Incoming;
 use tonic::body::Body;
 use tonic::server::Grpc;
 use tonic::{Request, Streaming};
@@ -119,8 +118,12 @@ impl Rpc {
         }
     }
 
-    /// Serves one gRPC call.
-    pub async fn serve(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    /// Serves one gRPC call: a client's (hyper's `Incoming` body) or one the JSON gateway makes in-process.
+    pub async fn serve<B>(&self, request: http::Request<B>) -> http::Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    {
         let path = request
             .uri()
             .path_and_query()

@@ -56,6 +56,8 @@ pub struct App {
     pub pprof: bool,
     /// `--experimental-enable-grpc-logging`: each call is logged when it ends.
     pub grpc_logging: bool,
+    /// etcd's JSON gateway on the main port.
+    pub gateway: crate::gateway::Gateway,
 }
 
 /// What a listener serves.
@@ -230,6 +232,11 @@ async fn handle(
     if is_grpc {
         return Ok(grpc(&app, peer, request).await);
     }
+    // etcd serves its gateway on its client port, not on its metrics listener.
+    if routes == Routes::All && crate::gateway::Gateway::serves(request.uri().path()) {
+        let call = |grpc_request| grpc(&app, peer, grpc_request);
+        return Ok(app.gateway.serve(request, call).await);
+    }
     // Only on the main port, as etcd's proxy serves them.
     if routes == Routes::All
         && app.pprof
@@ -302,12 +309,13 @@ fn plain(status: StatusCode, content_type: &'static str, body: String) -> Respon
     response
 }
 
-/// Serves one gRPC call, counting it and translating tonic's size errors into etcd's.
-async fn grpc(
-    app: &App,
-    peer: std::net::SocketAddr,
-    mut request: Request<Incoming>,
-) -> Response<Body> {
+/// Serves one gRPC call (a client's, or one the gateway makes), counting it and translating tonic's size errors
+/// into etcd's.
+async fn grpc<B>(app: &App, peer: std::net::SocketAddr, mut request: Request<B>) -> Response<Body>
+where
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+{
     let path = request.uri().path().to_string();
     // With tracing on, the call's server span; its context replaces the client's `traceparent` for the upstream.
     let span = app
