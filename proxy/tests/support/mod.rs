@@ -9,7 +9,8 @@
 //! - [`fake_etcd`]: a fake member for what real etcd cannot be made to do on cue;
 //! - [`metrics`]: reading the proxy's Prometheus text; [`grpc`]: plain tonic channels and metadata;
 //! - [`watch`]: a raw Watch stream driven request by request;
-//! - [`collector`]: a loopback OTLP collector that keeps the spans it receives.
+//! - [`collector`]: a loopback OTLP collector that keeps the spans it receives;
+//! - [`gateway`]: etcd's JSON gateway by hand (unary calls, streams read line by line).
 //!
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
@@ -17,6 +18,7 @@
 pub mod collector;
 pub mod compare;
 pub mod fake_etcd;
+pub mod gateway;
 pub mod grpc;
 pub mod metrics;
 pub mod net;
