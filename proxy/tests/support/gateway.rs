@@ -14,9 +14,7 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// `POST path` with a JSON body (and the token in `Authorization`, if any) over a new HTTP/1.1 connection: the
 /// answer's status and JSON.
 pub async fn post(addr: &str, path: &str, body: &Value, token: Option<&str>) -> (u16, Value) {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    let stream = super::net::connect(addr).await;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
