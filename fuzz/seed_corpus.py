@@ -172,3 +172,18 @@ for name, mode, args in [
     ("durations", 1, ["--dial-keepalive-time=2h45m", "--endpoints-auto-sync-interval=300ms"]),
 ]:
     write("cli", name, bytes([mode]) + b"\0".join(a.encode() for a in args))
+
+# (h) gateway: [route index into proxy::gateway::routes::ROUTES][JSON body, or answer bytes]
+for name, index, body in [
+    ("range", 0, '{"key":"Zm9v","range_end":"Zm9w","limit":"10","sort_order":"DESCEND","serializable":true}'),
+    ("put", 1, '{"key":"Zm9v","value":"YmFy","lease":"7587862372355556234","prev_kv":true}'),
+    ("txn", 3, '{"compare":[{"key":"Zm9v","target":"VALUE","result":"EQUAL","value":"YmFy"}],'
+               '"success":[{"request_put":{"key":"Zm9v","value":"YmF6"}}],'
+               '"failure":[{"request_txn":{"success":[{"request_range":{"key":"Zm9v"}}]}}]}'),
+    ("watch", 5, '{"create_request":{"key":"Zm9v","start_revision":"3","filters":["NOPUT"],"progress_notify":true}}'),
+    ("lease_grant", 6, '{"TTL":60,"ID":"0"}'),
+    ("empty", 0, ''),
+    ("cut", 0, '{"key":'),
+    ("answer_range", 0, b(1, v(1, 1) + v(3, 5)).decode("latin-1") + b(2, b(1, "foo") + v(2, 3) + b(5, "bar")).decode("latin-1")),
+]:
+    write("gateway", name, bytes([index]) + body.encode("latin-1"))

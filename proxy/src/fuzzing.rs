@@ -170,3 +170,21 @@ impl AsyncWrite for Shared {
         Poll::Ready(Ok(()))
     }
 }
+
+/// Every gateway path under `/v3/` and the gRPC method it names.
+pub use crate::gateway::routes::ROUTES as GATEWAY_ROUTES;
+
+/// A gateway request body read as `grpc_path`'s request, as the gateway reads it: `None` when it is refused, else
+/// whether the bytes the gateway would send on decode as that request (they must).
+pub fn gateway_request_decodes(grpc_path: &str, json: &[u8]) -> Option<bool> {
+    let method = crate::gateway::json::Method::of(grpc_path)?;
+    let encoded = crate::gateway::json::request(&method.input, json).ok()?;
+    Some(prost_reflect::DynamicMessage::decode(method.input, encoded).is_ok())
+}
+
+/// Answer bytes from etcd written as the gateway's JSON for `grpc_path`'s response: `None` when they are not that
+/// message, else whether the JSON is an object (it must be).
+pub fn gateway_response_is_object(grpc_path: &str, answer: &[u8]) -> Option<bool> {
+    let method = crate::gateway::json::Method::of(grpc_path)?;
+    crate::gateway::json::response(&method.output, answer).map(|json| json.is_object())
+}

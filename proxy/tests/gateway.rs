@@ -5,7 +5,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::gateway::{JsonLines, b64, post};
+use support::gateway::{JsonLines, b64, post, post_raw};
 
 /// etcd's gauge of its watchers.
 async fn etcd_watchers(etcd: &str) -> i64 {
@@ -229,4 +229,34 @@ async fn gateway_errors_and_auth_read_as_the_etcd_behind_writes_them() {
     let without = post(&through, "/v3/kv/range", &range, None).await;
     assert_eq!(without, post(&direct, "/v3/kv/range", &range, None).await);
     assert_ne!(without.0, 200, "without a token: {}", without.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_gateway_bodies_are_refused_and_the_proxy_keeps_serving() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let proxy = support::proxy::start(&etcd.endpoints(), &["--max-send-bytes=1024"]).await;
+    let addr = proxy.addr();
+
+    // A Txn nested 100,000 deep as JSON: refused by the JSON reader's depth bound, never a crash.
+    let deep = format!(
+        "{}{}",
+        r#"{"success":[{"request_txn":"#.repeat(100_000),
+        "}]}".repeat(100_000)
+    );
+    let (status, answer) = post_raw(&addr, "/v3/kv/txn", deep, None).await;
+    assert_eq!(status, 400, "{answer}");
+    // More JSON than 4 × --max-send-bytes: refused unread.
+    let big = json!({"key": b64("k"), "value": "A".repeat(8 * 1024)});
+    let (status, answer) = post(&addr, "/v3/kv/put", &big, None).await;
+    assert_eq!(status, 400, "{answer}");
+    // Within the JSON bound but over --max-send-bytes once encoded: etcd's own size refusal.
+    let over = json!({"key": b64("k"), "value": b64(&"v".repeat(2000))});
+    let (status, answer) = post(&addr, "/v3/kv/put", &over, None).await;
+    assert_eq!((status, &answer["code"]), (429, &json!(8)), "{answer}");
+
+    let (status, answer) = post(&addr, "/v3/kv/put", &json!({"key": b64("k")}), None).await;
+    assert_eq!(status, 200, "still serving: {answer}");
 }

@@ -14,6 +14,16 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// `POST path` with a JSON body (and the token in `Authorization`, if any) over a new HTTP/1.1 connection: the
 /// answer's status and JSON.
 pub async fn post(addr: &str, path: &str, body: &Value, token: Option<&str>) -> (u16, Value) {
+    post_raw(addr, path, body.to_string(), token).await
+}
+
+/// [`post`] with a body of any bytes.
+pub async fn post_raw(
+    addr: &str,
+    path: &str,
+    body: impl Into<Bytes>,
+    token: Option<&str>,
+) -> (u16, Value) {
     let stream = super::net::connect(addr).await;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -22,7 +32,7 @@ pub async fn post(addr: &str, path: &str, body: &Value, token: Option<&str>) -> 
     tokio::spawn(connection);
     let mut request = http::Request::post(path)
         .header(http::header::HOST, addr)
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(body.into()))
         .expect("a request");
     if let Some(token) = token {
         request.headers_mut().insert(
