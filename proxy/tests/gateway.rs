@@ -260,3 +260,33 @@ async fn hostile_gateway_bodies_are_refused_and_the_proxy_keeps_serving() {
     let (status, answer) = post(&addr, "/v3/kv/put", &json!({"key": b64("k")}), None).await;
     assert_eq!(status, 200, "still serving: {answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_shutdown_a_gateway_watch_ends_with_unavailable_and_the_proxy_exits() {
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let etcd = support::cluster(&binaries, 1, &[]).await;
+    let mut proxy = support::proxy::start(&etcd.endpoints(), &[]).await;
+    let mut connection = support::net::http2(&proxy.addr()).await;
+    let create = json!({"create_request": {"key": b64("k")}});
+    let mut watch = JsonLines::open(&mut connection, "/v3/watch", &create).await;
+    assert_eq!(watch.next().await["result"]["created"], true);
+
+    proxy.terminate();
+    let last = watch.last().await;
+    // The form of the etcd behind: `grpc_code` for etcd 3.4 and 3.5.1, `code` from 3.5.30.
+    let code = last["error"].get("code").or(last["error"].get("grpc_code"));
+    assert_eq!(code, Some(&json!(14)), "Unavailable: {last}");
+    testkit::wait_for("the proxy to exit", support::gateway::DEADLINE, || {
+        let running = proxy.is_running();
+        async move {
+            if running {
+                Err("running".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+}

@@ -113,6 +113,27 @@ impl JsonLines {
     }
 }
 
+impl JsonLines {
+    /// What the answer holds after its last line, read until it ends (etcd's gateway ends a failed stream with an
+    /// error object and no newline), as JSON; panics if it does not end within [`DEADLINE`].
+    pub async fn last(mut self) -> Value {
+        while let Some(frame) = tokio::time::timeout(DEADLINE, self.body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("the stream did not end within {DEADLINE:?}"))
+        {
+            if let Ok(data) = frame.expect("a frame").into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+        serde_json::from_slice(&self.buffer).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&self.buffer)
+            )
+        })
+    }
+}
+
 /// Base64 of a key or value, as the gateway's JSON carries bytes.
 pub fn b64(text: &str) -> String {
     use base64::Engine as _;
