@@ -155,6 +155,18 @@ mod tests {
     }
 
     #[test]
+    fn txns_nest_42_deep_in_json_and_no_deeper() {
+        let txn = Method::of("/etcdserverpb.KV/Txn").expect("Txn").input;
+        let nested = |depth: usize| {
+            let inner = r#"{"success":[{"request_range":{"key":"Zm9v"}}]}"#;
+            let open = r#"{"success":[{"request_txn":"#.repeat(depth - 1);
+            format!("{open}{inner}{}", "}]}".repeat(depth - 1))
+        };
+        assert!(request(&txn, nested(42).as_bytes()).is_ok());
+        assert!(request(&txn, nested(43).as_bytes()).is_err());
+    }
+
+    #[test]
     fn responses_are_written_as_etcds_gateway_writes_them() {
         let answer = RangeResponse {
             header: Some(ResponseHeader {
