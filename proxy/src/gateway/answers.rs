@@ -53,6 +53,14 @@ pub fn wrong_method(dialect: Dialect) -> Response<Body> {
     }
 }
 
+/// A call's error, in the dialect's form; a method etcd does not have is a path its gateway does not have.
+fn call_error(dialect: Dialect, code: Code, message: &str) -> Response<Body> {
+    if super::dialect::is_unknown_method(code, message) {
+        return no_such_path(dialect);
+    }
+    error(dialect, code, message)
+}
+
 /// A unary call's error, in the dialect's form.
 pub fn error(dialect: Dialect, code: Code, message: &str) -> Response<Body> {
     json_response(dialect.http_status(code), &dialect.error(code, message))
@@ -87,7 +95,7 @@ async fn unary_json(
     dialect: Dialect,
 ) -> Response<Body> {
     if let Some(status) = status_of(answer.headers()) {
-        return error(dialect, status.code(), status.message());
+        return call_error(dialect, status.code(), status.message());
     }
     let mut body = answer.into_body();
     let mut deframer = Deframer::default();
@@ -98,12 +106,12 @@ async fn unary_json(
                 Ok(data) => deframer.push(&data),
                 Err(frame) => status = frame.trailers_ref().and_then(status_of),
             },
-            Err(failed) => return error(dialect, failed.code(), failed.message()),
+            Err(failed) => return call_error(dialect, failed.code(), failed.message()),
         }
     }
     match status {
         Some(status) if status.code() != Code::Ok => {
-            return error(dialect, status.code(), status.message());
+            return call_error(dialect, status.code(), status.message());
         }
         _ => {}
     }
@@ -131,6 +139,9 @@ pub fn stream(
     dialect: Dialect,
 ) -> Response<Body> {
     if let Some(status) = status_of(answer.headers()) {
+        if super::dialect::is_unknown_method(status.code(), status.message()) {
+            return no_such_path(dialect);
+        }
         // Failed before its first message: etcd's gateway writes the stream's error with the error's status.
         return with_call_metadata(json_response(
             dialect.http_status(status.code()),

@@ -30,9 +30,9 @@ use tonic::Code;
 use tonic::body::Body;
 
 use crate::upstream::Upstream;
-use dialect::Dialect;
+use dialect::{Dialect, EtcdGateway};
 
-/// How long a learned dialect is trusted before the active member is asked again (a rolling upgrade changes it).
+/// How long what was learned of etcd's gateway is trusted before the active member is asked again (a rolling upgrade changes it).
 const RELEARN_DIALECT: Duration = Duration::from_secs(10);
 
 /// JSON is larger than the protobuf it encodes (base64 bytes, field names, integers as strings): a request body may
@@ -43,8 +43,8 @@ const JSON_EXPANSION: usize = 4;
 /// The gateway of one running proxy.
 pub struct Gateway {
     upstream: Arc<Upstream>,
-    /// The dialect of the etcd behind, and when it was learned.
-    learned: Mutex<Option<(Dialect, Instant)>>,
+    /// The gateway of the etcd behind, and when it was learned.
+    learned: Mutex<Option<(EtcdGateway, Instant)>>,
     /// The most bytes a request (or one request of a stream) may take as JSON.
     max_request_bytes: usize,
 }
@@ -75,9 +75,10 @@ impl Gateway {
         if request.method() == HttpMethod::OPTIONS {
             return with_cors(Response::new(Body::empty()));
         }
-        let dialect = self.dialect().await;
+        let etcd = self.etcd_gateway().await;
+        let dialect = etcd.dialect;
         let method = Dialect::method_path(request.uri().path())
-            .and_then(routes::grpc_path)
+            .and_then(|path| etcd.grpc_path(path))
             .and_then(|grpc_path| Some((grpc_path, json::Method::of(grpc_path)?)));
         let Some((grpc_path, method)) = method else {
             return with_cors(answers::no_such_path(dialect));
@@ -141,29 +142,29 @@ impl Gateway {
         }
     }
 
-    /// The dialect of the etcd behind: learned by asking the active member (see [`dialect`]), asked again after
-    /// [`RELEARN_DIALECT`]. Until one member answers, the newer one.
-    async fn dialect(&self) -> Dialect {
+    /// The gateway of the etcd behind: learned by asking the active member (see [`dialect`]), asked again after
+    /// [`RELEARN_DIALECT`]. Until one member answers, the newest etcd's.
+    async fn etcd_gateway(&self) -> EtcdGateway {
         let previous = *self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((dialect, learned_at)) = previous
+        if let Some((etcd, learned_at)) = previous
             && learned_at.elapsed() < RELEARN_DIALECT
         {
-            return dialect;
+            return etcd;
         }
         let learned = match self
             .upstream
             .http_get(dialect::PROBE_PATH, &HeaderMap::new())
             .await
         {
-            Ok(answer) => Dialect::of_probe(answer.status),
+            Ok(answer) => EtcdGateway::of_probe(answer.status, &answer.body),
             Err(_) => None,
         };
-        // A dialect that cannot be learned now is asked for again after the same interval, not on every call.
-        let dialect = learned
-            .or(previous.map(|(dialect, _)| dialect))
-            .unwrap_or(Dialect::Status);
-        *self.learned.lock().unwrap_or_else(|e| e.into_inner()) = Some((dialect, Instant::now()));
-        dialect
+        // A gateway that cannot be learned now is asked about again after the same interval, not on every call.
+        let etcd = learned
+            .or(previous.map(|(etcd, _)| etcd))
+            .unwrap_or(EtcdGateway::NEWEST);
+        *self.learned.lock().unwrap_or_else(|e| e.into_inner()) = Some((etcd, Instant::now()));
+        etcd
     }
 }
 
