@@ -127,12 +127,21 @@ async fn gateway_keep_alives_of_many_clients_are_one_stream_on_etcd() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gateway_calls_are_namespaced_and_counted_under_their_grpc_method() {
+async fn gateway_calls_are_namespaced_counted_under_their_grpc_method_and_not_on_the_metrics_port()
+{
     let Some(binaries) = support::etcd() else {
         return;
     };
     let etcd = support::cluster(&binaries, 1, &[]).await;
-    let proxy = support::proxy::start(&etcd.endpoints(), &["--namespace=/tenant/"]).await;
+    let metrics_addr = format!("127.0.0.1:{}", testkit::free_port());
+    let proxy = support::proxy::start(
+        &etcd.endpoints(),
+        &[
+            "--namespace=/tenant/",
+            &format!("--metrics-addr=http://{metrics_addr}"),
+        ],
+    )
+    .await;
 
     let put = json!({"key": b64("k"), "value": b64("v")});
     let (status, answer) = post(&proxy.addr(), "/v3/kv/put", &put, None).await;
@@ -173,6 +182,10 @@ async fn gateway_calls_are_namespaced_and_counted_under_their_grpc_method() {
         Some(1.0),
         "gateway Put counted as etcdserverpb.KV/Put"
     );
+
+    // Not on --metrics-addr: etcd serves its gateway on its client port only.
+    let (status, answer) = post(&metrics_addr, "/v3/kv/range", &json!({}), None).await;
+    assert_eq!((status, answer), (404, json!("404 page not found\n")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
