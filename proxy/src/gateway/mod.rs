@@ -6,6 +6,7 @@
 //! - [`routes`]: gateway path → gRPC method.
 //! - [`json`]: messages to and from JSON by their descriptors.
 //! - [`dialect`]: what differs between etcd versions' gateways (errors, wrong methods, unknown paths).
+//! - [`learn`]: which of them the etcd behind is, learned by asking it.
 //! - [`requests`]: a streaming call's body of JSON requests → gRPC frames.
 //! - [`answers`]: the gRPC answer → JSON (one object, or one line per message of a stream).
 //! - [`frames`]: gRPC's length-prefixed messages.
@@ -14,26 +15,22 @@ pub mod answers;
 pub mod dialect;
 pub mod frames;
 pub mod json;
+pub mod learn;
 pub mod requests;
 pub mod routes;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, Request, Response, header};
 use http_body::Body as HttpBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use tokio::time::Instant;
 use tonic::Code;
 use tonic::body::Body;
 
 use crate::upstream::Upstream;
-use dialect::{Dialect, EtcdGateway};
-
-/// How long what was learned of etcd's gateway is trusted before the active member is asked again (a rolling upgrade changes it).
-const RELEARN_DIALECT: Duration = Duration::from_secs(10);
+use dialect::Dialect;
 
 /// JSON is larger than the protobuf it encodes (base64 bytes, field names, integers as strings): a request body may
 /// take this many times `--max-recv-bytes` before it is refused unread; the encoded request then meets the gRPC
@@ -42,9 +39,8 @@ const JSON_EXPANSION: usize = 4;
 
 /// The gateway of one running proxy.
 pub struct Gateway {
-    upstream: Arc<Upstream>,
-    /// The gateway of the etcd behind, and when it was learned.
-    learned: Mutex<Option<(EtcdGateway, Instant)>>,
+    /// The gateway of the etcd behind.
+    learned: learn::Learned,
     /// The most bytes a request (or one request of a stream) may take as JSON.
     max_request_bytes: usize,
 }
@@ -52,8 +48,7 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(upstream: Arc<Upstream>, max_recv_bytes: usize) -> Self {
         Self {
-            upstream,
-            learned: Mutex::new(None),
+            learned: learn::Learned::new(upstream),
             max_request_bytes: max_recv_bytes.saturating_mul(JSON_EXPANSION),
         }
     }
@@ -75,7 +70,7 @@ impl Gateway {
         if request.method() == HttpMethod::OPTIONS {
             return with_cors(Response::new(Body::empty()));
         }
-        let etcd = self.etcd_gateway().await;
+        let etcd = self.learned.etcd_gateway().await;
         let dialect = etcd.dialect;
         let method = Dialect::method_path(request.uri().path())
             .and_then(|path| etcd.grpc_path(path))
@@ -140,31 +135,6 @@ impl Gateway {
         } else {
             answers::unary(answer, &method.output, dialect).await
         }
-    }
-
-    /// The gateway of the etcd behind: learned by asking the active member (see [`dialect`]), asked again after
-    /// [`RELEARN_DIALECT`]. Until one member answers, the newest etcd's.
-    async fn etcd_gateway(&self) -> EtcdGateway {
-        let previous = *self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((etcd, learned_at)) = previous
-            && learned_at.elapsed() < RELEARN_DIALECT
-        {
-            return etcd;
-        }
-        let learned = match self
-            .upstream
-            .http_get(dialect::PROBE_PATH, &HeaderMap::new())
-            .await
-        {
-            Ok(answer) => EtcdGateway::of_probe(answer.status, &answer.body),
-            Err(_) => None,
-        };
-        // A gateway that cannot be learned now is asked about again after the same interval, not on every call.
-        let etcd = learned
-            .or(previous.map(|(etcd, _)| etcd))
-            .unwrap_or(EtcdGateway::NEWEST);
-        *self.learned.lock().unwrap_or_else(|e| e.into_inner()) = Some((etcd, Instant::now()));
-        etcd
     }
 }
 
