@@ -14,7 +14,11 @@
 //! - drops the client library's JSON log lines from stderr.
 //!
 //! [`Normalizer::resolve`] does the reverse for arguments: `<P>`, `<DIR>`, `<REV+n>` and `<IDn>` become this
-//! target's real prefix, directory, revision and ID.
+//! target's real prefix, directory, revision and ID (`<IDn>` in hex as etcdctl takes it, `<IDn:dec>` in decimal
+//! as JSON carries it).
+//!
+//! [`Normalizer::gateway_json`] normalises an answer of etcd's HTTP/JSON gateway with the same rules: there 64-bit
+//! integers are JSON strings (`"revision":"7"`, `"ID":"7424080960600320781"`), which it reads as the numbers they are.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -27,7 +31,8 @@ fn re(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|e| panic!("bad regex {pattern:?}: {e}"))
 }
 
-static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| re(r"<(ID(\d+)|REV([+-]\d+))>"));
+static PLACEHOLDER: LazyLock<Regex> =
+    LazyLock::new(|| re(r"<(ID(\d+)(:dec)?|REV([+-]\d+))>"));
 static PORT: LazyLock<Regex> = LazyLock::new(|| re(r"(127\.0\.0\.1|localhost|0\.0\.0\.0):\d+"));
 static HEX_ID: LazyLock<Regex> = LazyLock::new(|| re(r"\b[0-9a-f]{12,16}\b"));
 /// `endpoint health` ("took = 1.2ms") and, from etcdctl 3.6 on, `defrag` ("took 9.2ms").
@@ -129,6 +134,7 @@ impl Normalizer {
             if let Some(n) = c.get(2) {
                 let n: usize = n.as_str().parse().unwrap_or(0);
                 match self.values.get(n.wrapping_sub(1)) {
+                    Some(v) if c.get(3).is_some() => v.to_string(),
                     Some(v) => format!("{v:x}"),
                     None => {
                         missing = Some(format!("<ID{n}> has not appeared in any output yet"));
@@ -136,7 +142,7 @@ impl Normalizer {
                     }
                 }
             } else {
-                let delta: i64 = c[3].parse().unwrap_or(0);
+                let delta: i64 = c[4].parse().unwrap_or(0);
                 (self.base_revision + delta).to_string()
             }
         });
@@ -283,6 +289,14 @@ impl Normalizer {
         s
     }
 
+    /// Normalises one JSON answer of etcd's HTTP/JSON gateway in place, as [`Normalizer::stdout`] does a JSON line
+    /// of etcdctl: the gateway writes 64-bit integers as strings, so IDs and revisions given as strings of digits
+    /// are read as numbers first.
+    pub fn gateway_json(&mut self, v: &mut Value) {
+        int64_strings_as_numbers(None, v);
+        self.json(None, v);
+    }
+
     fn json(&mut self, field: Option<&str>, v: &mut Value) {
         match v {
             Value::Object(map) => {
@@ -345,6 +359,36 @@ impl Normalizer {
     }
 }
 
+/// IDs and revisions the gateway wrote as strings of digits, made numbers (other strings are left alone: a key
+/// or a value may well be digits).
+fn int64_strings_as_numbers(field: Option<&str>, v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                int64_strings_as_numbers(Some(k), child);
+            }
+        }
+        Value::Array(items) => {
+            for item in items.iter_mut() {
+                int64_strings_as_numbers(field, item);
+            }
+        }
+        Value::String(s) => {
+            let Some(field) = field else { return };
+            if ID_FIELDS.contains(&field) {
+                if let Ok(u) = s.parse::<u64>() {
+                    *v = Value::from(u);
+                }
+            } else if field.to_ascii_lowercase().ends_with("revision")
+                && let Ok(r) = s.parse::<i64>()
+            {
+                *v = Value::from(r);
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +409,25 @@ mod tests {
             n.resolve("--rev=<REV+2> <P>a").unwrap(),
             "--rev=102 /cf/x/a"
         );
+    }
+
+    #[test]
+    fn gateway_answers_give_int64_strings_the_placeholders_of_numbers() {
+        let mut n = Normalizer::new("/gw/x/", "", 100);
+        let mut v: Value = serde_json::from_str(
+            r#"{"header":{"cluster_id":"16554318271417976322","member_id":"9257552569996109575","revision":"103","raft_term":"2"},"kvs":[{"key":"L2d3L3gvYQ==","create_revision":"101","mod_revision":"103","version":"3","value":"MTA="}],"count":"1","ID":"7424080960600320781","TTL":"30"}"#,
+        )
+        .unwrap();
+        n.gateway_json(&mut v);
+        assert_eq!(
+            v.to_string(),
+            r#"{"ID":"<ID1>","TTL":"30","count":"1","header":{"cluster_id":"<ID2>","member_id":"<ID3>","raft_term":"<N>","revision":"<REV+3>"},"kvs":[{"create_revision":"<REV+1>","key":"<P>a","mod_revision":"<REV+3>","value":"10","version":"3"}]}"#
+        );
+        assert_eq!(
+            n.resolve(r#"{"ID":"<ID1:dec>","revision":"<REV+1>"}"#).unwrap(),
+            r#"{"ID":"7424080960600320781","revision":"101"}"#
+        );
+        assert_eq!(n.resolve("<ID1>").unwrap(), "6707a24c9852ab0d");
     }
 
     #[test]
