@@ -21,6 +21,9 @@
 //!   (direct etcd over TLS is the row `direct | tls`, compared with direct etcd in the clear).
 //! - [`differences`]: the scenarios where the proxy answers differently from etcd by design, with reasons.
 //!
+//! [`gateway`] replays HTTP/JSON cases (`testdata/gateway/<area>/<name>.gw`) on etcd's gateway with `curl`, directly
+//! and through the proxy under the profiles (`tests/gateway.rs`), comparing HTTP statuses and JSON values.
+//!
 //! [`go_clients`] runs Go's own etcd clients (the Go module `goclients/`: clientv3, Kubernetes' storage layer)
 //! against etcd directly and through the proxy under the profiles (`tests/go_clients.rs`), each run on a fresh
 //! three-member cluster it owns and acts on for the Go tests.
@@ -31,6 +34,7 @@
 //! etcd, the proxy (under every profile) and the model transcript by transcript, on every etcd version as a process.
 
 pub mod differences;
+pub mod gateway;
 pub mod go_clients;
 pub mod profile;
 pub mod report;
