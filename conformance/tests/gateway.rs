@@ -160,8 +160,15 @@ async fn run_version(spec: Spec, cases: &[Case], ctx: &Context) -> Vec<Outcome> 
     }
     if failed_start.is_none() {
         for p in &ctx.profiles {
-            let etcd = etcds.iter().find(|(t, _)| *t == p.transport).map(|(_, e)| e);
-            match ctx.setup.start_proxy(p, etcd.expect("an etcd per transport"), &[]).await {
+            let etcd = etcds
+                .iter()
+                .find(|(t, _)| *t == p.transport)
+                .map(|(_, e)| e);
+            match ctx
+                .setup
+                .start_proxy(p, etcd.expect("an etcd per transport"), &[])
+                .await
+            {
                 Ok(row) => proxies.push((*p, row)),
                 Err(e) => failed_start = Some(format!("starting the proxy: {e}")),
             }
@@ -169,13 +176,22 @@ async fn run_version(spec: Spec, cases: &[Case], ctx: &Context) -> Vec<Outcome> 
     }
     for c in shared {
         if let Some(why) = &failed_start {
-            outcomes.push(outcome(&spec, c, TargetKind::Direct, None, Status::Failed(why.clone())));
+            outcomes.push(outcome(
+                &spec,
+                c,
+                TargetKind::Direct,
+                None,
+                Status::Failed(why.clone()),
+            ));
             continue;
         }
         let mut directs = Vec::new();
         for (t, etcd) in &etcds {
             let at = server(&Endpoint::etcd(etcd));
-            directs.push((*t, play::play(c, &at, &prefix(c, &format!("direct-{}", t.name()))).await));
+            directs.push((
+                *t,
+                play::play(c, &at, &prefix(c, &format!("direct-{}", t.name()))).await,
+            ));
         }
         let mut through = Vec::new();
         for (p, row) in &proxies {
@@ -245,10 +261,12 @@ fn judge(
     for (t, d) in &directs {
         let status = match (t, d, plain) {
             (_, Err(e), _) => Status::Failed(format!("could not be carried out on direct: {e}")),
-            (Transport::Plain, Ok(d), _) => match check_snapshot(&ctx.root, version, c, &d.transcript) {
-                Ok(()) => Status::Passed,
-                Err(e) => Status::Failed(e),
-            },
+            (Transport::Plain, Ok(d), _) => {
+                match check_snapshot(&ctx.root, version, c, &d.transcript) {
+                    Ok(()) => Status::Passed,
+                    Err(e) => Status::Failed(e),
+                }
+            }
             (_, Ok(_), Err(_)) => Status::Failed("direct in the clear failed".into()),
             // Over TLS etcd answers as in the clear but for the scheme of its URLs (member list).
             (_, Ok(d), Ok(p)) => {
@@ -269,9 +287,14 @@ fn judge(
         outcomes.push(outcome(spec, c, TargetKind::Direct, label, status));
     }
     for (p, proxied) in through {
-        let direct = directs.iter().find(|(t, _)| *t == p.transport).map(|(_, d)| d);
+        let direct = directs
+            .iter()
+            .find(|(t, _)| *t == p.transport)
+            .map(|(_, d)| d);
         let status = match (direct, &proxied) {
-            (_, Err(e)) => Status::Failed(format!("could not be carried out through the proxy: {e}")),
+            (_, Err(e)) => {
+                Status::Failed(format!("could not be carried out through the proxy: {e}"))
+            }
             (None | Some(Err(_)), Ok(_)) => {
                 Status::Failed("direct failed, so there is nothing to compare with".into())
             }
@@ -300,7 +323,9 @@ fn judge(
                 match (found.is_empty(), listed) {
                     (true, None) => Status::Passed,
                     (false, None) => Status::Failed(found.join("\n")),
-                    (false, Some(reason)) => Status::Skipped(format!("listed difference: {reason}")),
+                    (false, Some(reason)) => {
+                        Status::Skipped(format!("listed difference: {reason}"))
+                    }
                     (true, Some(_)) => {
                         eprintln!(
                             "note: {} is listed in differences.txt but answered like etcd on {} ({} profile)",

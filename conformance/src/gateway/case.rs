@@ -141,7 +141,9 @@ pub fn parse(id: &str, path: &Path, text: &str) -> Result<Case, String> {
                 } else if line == "@own-etcd" {
                     own_etcd = true;
                 } else if !line.is_empty() {
-                    return Err(format!("{number}: expected `> ` a step, `#` or `@own-etcd`, got {line:?}"));
+                    return Err(format!(
+                        "{number}: expected `> ` a step, `#` or `@own-etcd`, got {line:?}"
+                    ));
                 }
             }
             Some((step, body_started)) => {
@@ -152,9 +154,7 @@ pub fn parse(id: &str, path: &Path, text: &str) -> Result<Case, String> {
                     Action::Call(r) | Action::Stream { request: r, .. } => r,
                     _ => unreachable!("only requests stay open"),
                 };
-                if !*body_started
-                    && let Some((name, value)) = header(raw)
-                {
+                if !*body_started && let Some((name, value)) = header(raw) {
                     request.headers.push((name, value));
                     step.text.push(raw.to_string());
                     continue;
@@ -241,7 +241,11 @@ fn step_line(number: usize, line: &str) -> Result<(Step, bool), String> {
             false,
         ),
         [method, path] => (Action::Call(request(method, path)?), true),
-        _ => return Err(err("expected `METHOD /path`, `STREAM name METHOD /path`, `READ name N` or `CLOSE name`")),
+        _ => {
+            return Err(err(
+                "expected `METHOD /path`, `STREAM name METHOD /path`, `READ name N` or `CLOSE name`",
+            ));
+        }
     };
     Ok((
         Step {
@@ -264,15 +268,40 @@ mod tests {
         assert_eq!(c.description, "Puts, then reads. Two lines.");
         assert!(c.own_etcd);
         assert_eq!(c.steps.len(), 6);
-        let Action::Call(put) = &c.steps[0].action else { panic!() };
-        assert_eq!(put.body.as_deref(), Some("{\"key\":\"<b64:<P>a>\",\n \"value\":\"eA==\"}"));
-        let Action::Call(range) = &c.steps[1].action else { panic!() };
-        assert_eq!(range.headers, [("Authorization".to_string(), "<TOKEN>".to_string())]);
-        assert_eq!(c.steps[1].text, ["> POST /v3/kv/range", "Authorization: <TOKEN>", "{\"key\":\"<b64:<P>a>\"}"]);
-        let Action::Call(get) = &c.steps[2].action else { panic!() };
+        let Action::Call(put) = &c.steps[0].action else {
+            panic!()
+        };
+        assert_eq!(
+            put.body.as_deref(),
+            Some("{\"key\":\"<b64:<P>a>\",\n \"value\":\"eA==\"}")
+        );
+        let Action::Call(range) = &c.steps[1].action else {
+            panic!()
+        };
+        assert_eq!(
+            range.headers,
+            [("Authorization".to_string(), "<TOKEN>".to_string())]
+        );
+        assert_eq!(
+            c.steps[1].text,
+            [
+                "> POST /v3/kv/range",
+                "Authorization: <TOKEN>",
+                "{\"key\":\"<b64:<P>a>\"}"
+            ]
+        );
+        let Action::Call(get) = &c.steps[2].action else {
+            panic!()
+        };
         assert_eq!((get.method.as_str(), get.body.as_ref()), ("GET", None));
         assert!(matches!(&c.steps[3].action, Action::Stream { name, .. } if name == "w"));
-        assert_eq!(c.steps[4].action, Action::Read { name: "w".into(), count: 2 });
+        assert_eq!(
+            c.steps[4].action,
+            Action::Read {
+                name: "w".into(),
+                count: 2
+            }
+        );
         assert_eq!(c.steps[5].action, Action::Close { name: "w".into() });
         assert_eq!(c.snapshot_name(), "kv__x");
     }

@@ -41,7 +41,13 @@ pub struct Answer {
 
 fn command(server: &Server, req: &Http, extra: &[&str]) -> Command {
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--max-time", &TIMEOUT.as_secs().to_string(), "-X", &req.method]);
+    cmd.args([
+        "-sS",
+        "--max-time",
+        &TIMEOUT.as_secs().to_string(),
+        "-X",
+        &req.method,
+    ]);
     cmd.args(extra);
     if let Some(tls) = &server.tls {
         cmd.arg("--cacert").arg(&tls.ca);
@@ -77,7 +83,11 @@ async fn feed(child: &mut Child, body: Option<&str>) -> Result<(), String> {
 /// Sends `req` and reads its whole answer. An `Err` is a request curl could not carry out (no connection, time
 /// out), with curl's message.
 pub async fn call(server: &Server, req: &Http) -> Result<Answer, String> {
-    let mut cmd = command(server, req, &["-o", "-", "-w", "\n%{http_code} %{content_type}"]);
+    let mut cmd = command(
+        server,
+        req,
+        &["-o", "-", "-w", "\n%{http_code} %{content_type}"],
+    );
     let mut child = cmd.spawn().map_err(|e| format!("running curl: {e}"))?;
     feed(&mut child, req.body.as_deref()).await?;
     let out = child

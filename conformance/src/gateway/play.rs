@@ -138,7 +138,12 @@ async fn start_revision(server: &Server, prefix: &str) -> Result<i64, String> {
     v["header"]["revision"]
         .as_str()
         .and_then(|r| r.parse().ok())
-        .ok_or_else(|| format!("reading the start revision: no header.revision in {}", a.body.trim()))
+        .ok_or_else(|| {
+            format!(
+                "reading the start revision: no header.revision in {}",
+                a.body.trim()
+            )
+        })
 }
 
 /// Plays `case` on `server` under `prefix`. An `Err` is a case that could not be carried out (curl failed, a
@@ -224,7 +229,10 @@ pub fn render(t: &Transcript) -> String {
             s.push_str(&format!("step: {l}\n"));
         }
         if let Some(st) = r.status {
-            s.push_str(&format!("status: {st} {}\n", r.content_type.as_deref().unwrap_or("")));
+            s.push_str(&format!(
+                "status: {st} {}\n",
+                r.content_type.as_deref().unwrap_or("")
+            ));
         }
         for a in &r.answer {
             s.push_str(&format!("  | {a}\n"));
