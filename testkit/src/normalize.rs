@@ -31,8 +31,7 @@ fn re(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|e| panic!("bad regex {pattern:?}: {e}"))
 }
 
-static PLACEHOLDER: LazyLock<Regex> =
-    LazyLock::new(|| re(r"<(ID(\d+)(:dec)?|REV([+-]\d+))>"));
+static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| re(r"<(ID(\d+)(:dec)?|REV([+-]\d+))>"));
 static PORT: LazyLock<Regex> = LazyLock::new(|| re(r"(127\.0\.0\.1|localhost|0\.0\.0\.0):\d+"));
 static HEX_ID: LazyLock<Regex> = LazyLock::new(|| re(r"\b[0-9a-f]{12,16}\b"));
 /// `endpoint health` ("took = 1.2ms") and, from etcdctl 3.6 on, `defrag` ("took 9.2ms").
@@ -424,7 +423,8 @@ mod tests {
             r#"{"ID":"<ID1>","TTL":"30","count":"1","header":{"cluster_id":"<ID2>","member_id":"<ID3>","raft_term":"<N>","revision":"<REV+3>"},"kvs":[{"create_revision":"<REV+1>","key":"<P>a","mod_revision":"<REV+3>","value":"10","version":"3"}]}"#
         );
         assert_eq!(
-            n.resolve(r#"{"ID":"<ID1:dec>","revision":"<REV+1>"}"#).unwrap(),
+            n.resolve(r#"{"ID":"<ID1:dec>","revision":"<REV+1>"}"#)
+                .unwrap(),
             r#"{"ID":"7424080960600320781","revision":"101"}"#
         );
         assert_eq!(n.resolve("<ID1>").unwrap(), "6707a24c9852ab0d");
