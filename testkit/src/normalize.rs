@@ -291,8 +291,13 @@ impl Normalizer {
     /// Normalises one JSON answer of etcd's HTTP/JSON gateway in place, as [`Normalizer::stdout`] does a JSON line
     /// of etcdctl: the gateway writes 64-bit integers as strings, so IDs and revisions given as strings of digits
     /// are read as numbers first.
+    ///
+    /// Go's protojson, which etcd 3.5.2+ writes its gateway answers and error messages with, puts a no-break space
+    /// (U+00A0) instead of a space in its messages in some builds of a binary and not in others, on purpose (so that
+    /// nobody relies on them byte for byte): it is read as a space.
     pub fn gateway_json(&mut self, v: &mut Value) {
         int64_strings_as_numbers(None, v);
+        no_break_spaces_as_spaces(v);
         self.json(None, v);
     }
 
@@ -355,6 +360,15 @@ impl Normalizer {
             }
             _ => {}
         }
+    }
+}
+
+fn no_break_spaces_as_spaces(v: &mut Value) {
+    match v {
+        Value::Object(map) => map.values_mut().for_each(no_break_spaces_as_spaces),
+        Value::Array(items) => items.iter_mut().for_each(no_break_spaces_as_spaces),
+        Value::String(s) if s.contains('\u{a0}') => *s = s.replace('\u{a0}', " "),
+        _ => {}
     }
 }
 
@@ -428,6 +442,13 @@ mod tests {
             r#"{"ID":"7424080960600320781","revision":"101"}"#
         );
         assert_eq!(n.resolve("<ID1>").unwrap(), "6707a24c9852ab0d");
+        let mut err: Value =
+            serde_json::from_str("{\"code\":3,\"message\":\"proto:\\u00a0syntax error\"}").unwrap();
+        n.gateway_json(&mut err);
+        assert_eq!(
+            err.to_string(),
+            r#"{"code":3,"message":"proto: syntax error"}"#
+        );
     }
 
     #[test]
