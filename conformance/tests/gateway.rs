@@ -46,6 +46,7 @@ fn main() {
 }
 
 async fn run(filters: Vec<String>) -> bool {
+    let started = tokio::time::Instant::now();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/gateway");
     let mut cases = case::load_all(&root).unwrap_or_else(|e| panic!("loading cases: {e}"));
     if !filters.is_empty() {
@@ -110,7 +111,10 @@ async fn run(filters: Vec<String>) -> bool {
     });
     println!("{}", report::render(&outcomes));
     let (passed, failed, skipped) = report::totals(&outcomes);
-    println!("gateway: {passed} passed, {failed} failed, {skipped} skipped");
+    println!(
+        "gateway: {passed} passed, {failed} failed, {skipped} skipped in {} s",
+        started.elapsed().as_secs()
+    );
     failed > 0
 }
 
@@ -204,15 +208,20 @@ async fn run_version(spec: Spec, cases: &[Case], ctx: &Context) -> Vec<Outcome> 
     for (_, e) in etcds {
         e.stop().await;
     }
+    // Each target of an `@own-etcd` case has an etcd of its own: they run at once.
     for c in own {
-        let mut directs = Vec::new();
-        for t in &transports {
-            directs.push((*t, on_fresh_etcd(&spec, c, ctx, *t, None).await));
-        }
-        let mut through = Vec::new();
-        for p in &ctx.profiles {
-            through.push((*p, on_fresh_etcd(&spec, c, ctx, p.transport, Some(p)).await));
-        }
+        let directs = futures::future::join_all(
+            transports
+                .iter()
+                .map(|t| async { (*t, on_fresh_etcd(&spec, c, ctx, *t, None).await) }),
+        )
+        .await;
+        let through = futures::future::join_all(
+            ctx.profiles
+                .iter()
+                .map(|p| async { (*p, on_fresh_etcd(&spec, c, ctx, p.transport, Some(p)).await) }),
+        )
+        .await;
         outcomes.extend(judge(&spec, c, ctx, true, directs, through));
     }
     outcomes
