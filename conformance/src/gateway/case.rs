@@ -177,6 +177,7 @@ pub fn parse(id: &str, path: &Path, text: &str) -> Result<Case, String> {
     if steps.is_empty() {
         return Err("0: a case needs at least one step".into());
     }
+    check_stream_names(&steps)?;
     Ok(Case {
         id: id.to_string(),
         path: path.to_path_buf(),
@@ -184,6 +185,31 @@ pub fn parse(id: &str, path: &Path, text: &str) -> Result<Case, String> {
         own_etcd,
         steps,
     })
+}
+
+/// Every READ and CLOSE names a stream opened before and not closed yet; no name is opened twice at once.
+fn check_stream_names(steps: &[Step]) -> Result<(), String> {
+    let mut open: Vec<&str> = Vec::new();
+    for step in steps {
+        match &step.action {
+            Action::Stream { name, .. } if open.contains(&name.as_str()) => {
+                return Err(format!("{}: stream {name:?} is open already", step.line));
+            }
+            Action::Stream { name, .. } => open.push(name),
+            Action::Read { name, .. } if !open.contains(&name.as_str()) => {
+                return Err(format!("{}: no open stream {name:?}", step.line));
+            }
+            Action::Close { name } => {
+                let before = open.len();
+                open.retain(|n| n != name);
+                if open.len() == before {
+                    return Err(format!("{}: no open stream {name:?}", step.line));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Trailing blank lines of a body are layout, not body; the body goes into the step's text.
@@ -314,5 +340,19 @@ mod tests {
         let e = parse("a/b", Path::new("x"), "# ok\nstray\n").unwrap_err();
         assert!(e.starts_with("2:"), "{e}");
         assert!(parse("a/b", Path::new("x"), "> READ w many\n").is_err());
+        let e = parse(
+            "a/b",
+            Path::new("x"),
+            "> STREAM w POST /v3/watch\n> READ v 1\n",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("2: no open stream"), "{e}");
+        let e = parse(
+            "a/b",
+            Path::new("x"),
+            "> STREAM w POST /v3/watch\n> CLOSE w\n> CLOSE w\n",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("3:"), "{e}");
     }
 }
