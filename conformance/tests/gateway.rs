@@ -328,6 +328,7 @@ fn judge(
                 let listed = ctx
                     .differences
                     .get(&format!("{}@{version}", c.id))
+                    .or_else(|| ctx.differences.get(&format!("{}#{}", c.id, p.name)))
                     .or_else(|| ctx.differences.get(&c.id));
                 match (found.is_empty(), listed) {
                     (true, None) => Status::Passed,

@@ -223,6 +223,32 @@ async fn gateway_errors_and_auth_read_as_the_etcd_behind_writes_them() {
         );
     }
 
+    // Bodies that are not their request's JSON: etcd's code and HTTP status; the message is the JSON parser's, whose
+    // wording differs from Go's (testdata/gateway/differences.txt), except where it is etcd's own.
+    for body in ["hello", "[]", r#"{"key":5}"#, r#"{"key":"!!"}"#] {
+        let want = post_raw(&direct, "/v3/kv/range", body, None).await;
+        let got = post_raw(&through, "/v3/kv/range", body, None).await;
+        assert_eq!(want.0, 400, "{body}: refused by etcd: {}", want.1);
+        assert_eq!(
+            (got.0, &got.1["code"]),
+            (want.0, &want.1["code"]),
+            "{body}: {}",
+            got.1
+        );
+    }
+    // Bodies read as etcd reads them: cut short, an unknown field, trailing text, none, a number for an int64.
+    for body in [
+        r#"{"key":"#,
+        r#"{"key":"aw==","bogus":1}"#,
+        r#"{"key":"aw=="} trailing"#,
+        "",
+        r#"{"key":"aw==","limit":2}"#,
+    ] {
+        let want = post_raw(&direct, "/v3/kv/range", body, None).await;
+        let got = post_raw(&through, "/v3/kv/range", body, None).await;
+        assert_eq!(got, want, "{body}");
+    }
+
     // Auth: the token from Authenticate, sent in `Authorization`, is what etcd checks.
     for (path, body) in [
         (

@@ -68,6 +68,7 @@ impl Gateway {
     {
         // etcd answers a CORS preflight on any path, before its gateway sees it.
         if request.method() == HttpMethod::OPTIONS {
+            self.drain(request.into_body()).await;
             return with_cors(Response::new(Body::empty()));
         }
         let etcd = self.learned.etcd_gateway().await;
@@ -76,12 +77,26 @@ impl Gateway {
             .and_then(|path| etcd.grpc_path(path))
             .and_then(|grpc_path| Some((grpc_path, json::Method::of(grpc_path)?)));
         let Some((grpc_path, method)) = method else {
+            self.drain(request.into_body()).await;
             return with_cors(answers::no_such_path(dialect));
         };
         if request.method() != HttpMethod::POST {
+            self.drain(request.into_body()).await;
             return with_cors(answers::wrong_method(dialect));
         }
         with_cors(self.call(dialect, grpc_path, method, request, call).await)
+    }
+
+    /// Reads and drops a request body that is answered without being used, up to the size a request may have: an
+    /// HTTP/2 answer that ends the stream while the client is still sending makes clients (curl) see the stream
+    /// reset instead of the answer.
+    async fn drain<B>(&self, body: B)
+    where
+        B: HttpBody<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut body = Limited::new(body, self.max_request_bytes);
+        while let Some(Ok(_)) = body.frame().await {}
     }
 
     /// Serves a gateway request for one gRPC method.

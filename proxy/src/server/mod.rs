@@ -248,7 +248,11 @@ async fn handle(
     let response = match request.uri().path() {
         "/health" if get => health(crate::health::check(&app.upstream, &app.metrics).await),
         "/proxy/health" if get => health(app.own_health.check(&app.metrics).await),
-        "/metrics" if get => etcd_metrics(&app.upstream, request.headers()).await,
+        "/metrics" if get => from_etcd(&app.upstream, "/metrics", request.headers()).await,
+        // etcd's version, as its client port serves it (clients such as etcd3gw read it to choose their API path).
+        "/version" if get && routes == Routes::All => {
+            from_etcd(&app.upstream, "/version", request.headers()).await
+        }
         "/proxy/metrics" if get => plain(
             StatusCode::OK,
             "text/plain; version=0.0.4",
@@ -265,9 +269,10 @@ async fn handle(
                 .insert(header::ALLOW, HeaderValue::from_static("GET"));
             response
         }
+        // Go's `http.NotFound`, as etcd and its Go proxy answer.
         _ => plain(
             StatusCode::NOT_FOUND,
-            "text/plain",
+            "text/plain; charset=utf-8",
             "404 page not found\n".into(),
         ),
     };
@@ -282,10 +287,10 @@ fn health(health: crate::health::Health) -> Response<Body> {
     )
 }
 
-/// `/metrics`: etcd's own metrics, relayed from the active member (or, when it cannot answer, from the next one
-/// that does), as etcd's Go proxy relays them; the proxy's are on `/proxy/metrics`.
-async fn etcd_metrics(upstream: &Upstream, asked: &http::HeaderMap) -> Response<Body> {
-    match upstream.http_get("/metrics", asked).await {
+/// `GET path` relayed from the active member (or, when it cannot answer, from the next one that does): `/metrics`,
+/// etcd's own metrics, as etcd's Go proxy relays them (the proxy's are on `/proxy/metrics`), and `/version`.
+async fn from_etcd(upstream: &Upstream, path: &str, asked: &http::HeaderMap) -> Response<Body> {
+    match upstream.http_get(path, asked).await {
         Ok(answer) => {
             let mut response = Response::new(Body::new(Full::new(answer.body)));
             *response.status_mut() = answer.status;
@@ -295,7 +300,7 @@ async fn etcd_metrics(upstream: &Upstream, asked: &http::HeaderMap) -> Response<
         Err(failures) => plain(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            format!("etcd-grpc-proxy: no etcd member answered GET /metrics ({failures})\n"),
+            format!("etcd-grpc-proxy: no etcd member answered GET {path} ({failures})\n"),
         ),
     }
 }
