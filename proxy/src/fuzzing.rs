@@ -183,8 +183,10 @@ pub fn gateway_request_decodes(grpc_path: &str, json: &[u8]) -> Option<bool> {
 }
 
 /// Answer bytes from etcd written as the gateway's JSON for `grpc_path`'s response: `None` when they are not that
-/// message, else whether the JSON is an object (it must be).
+/// message, else whether what is written is a JSON object (it must be).
 pub fn gateway_response_is_object(grpc_path: &str, answer: &[u8]) -> Option<bool> {
     let method = crate::gateway::json::Method::of(grpc_path)?;
-    crate::gateway::json::response(&method.output, answer).map(|json| json.is_object())
+    crate::gateway::json::response(&method.output, answer).map(|json| {
+        serde_json::from_slice::<serde_json::Value>(&json).is_ok_and(|json| json.is_object())
+    })
 }

@@ -17,7 +17,12 @@ use super::json;
 
 /// A whole JSON answer with its status.
 pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(Body::new(Full::new(Bytes::from(body.to_string()))));
+    json_bytes_response(status, Bytes::from(body.to_string()))
+}
+
+/// [`json_response`] of JSON already written.
+fn json_bytes_response(status: StatusCode, json: Bytes) -> Response<Body> {
+    let mut response = Response::new(Body::new(Full::new(json)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -117,7 +122,7 @@ async fn unary_json(
     }
     match deframer.next_message() {
         Ok(Some(message)) => match json::response(output, &message) {
-            Some(value) => json_response(StatusCode::OK, &value),
+            Some(json) => json_bytes_response(StatusCode::OK, json),
             None => error(
                 dialect,
                 Code::Internal,
@@ -193,12 +198,8 @@ impl Lines {
             }
             match self.deframer.next_message() {
                 Ok(Some(message)) => {
-                    return Some(match json::response(&self.output, &message) {
-                        Some(result) => {
-                            let mut line = serde_json::json!({ "result": result }).to_string();
-                            line.push('\n');
-                            Bytes::from(line)
-                        }
+                    return Some(match json::result_line(&self.output, &message) {
+                        Some(line) => line,
                         None => self.fail(
                             Code::Internal,
                             "etcd-grpc-proxy: etcd's answer is not the method's message",

@@ -86,15 +86,30 @@ where
 
 /// The JSON of one response message, or `None` if etcd's bytes are not that message (relayed answers are never
 /// decoded elsewhere, so this is where a malformed answer would show).
-pub fn response(message: &MessageDescriptor, bytes: &[u8]) -> Option<serde_json::Value> {
+pub fn response(message: &MessageDescriptor, bytes: &[u8]) -> Option<Bytes> {
+    write(message, bytes, b"", b"")
+}
+
+/// One answer of a stream as etcd's gateway writes it: `{"result":<the message's JSON>}` and a newline.
+pub fn result_line(message: &MessageDescriptor, bytes: &[u8]) -> Option<Bytes> {
+    write(message, bytes, b"{\"result\":", b"}\n")
+}
+
+/// The message's JSON between `before` and `after`, written straight into one buffer: a watch event goes out to
+/// every gateway watcher of its key, each with its own answer, so this is the gateway's hottest path.
+fn write(message: &MessageDescriptor, bytes: &[u8], before: &[u8], after: &[u8]) -> Option<Bytes> {
     let decoded = DynamicMessage::decode(message.clone(), bytes).ok()?;
     let options = SerializeOptions::new()
         .use_proto_field_name(true)
         .skip_default_fields(true)
         .stringify_64_bit_integers(true);
+    let mut out = Vec::with_capacity(before.len() + 2 * bytes.len() + 64 + after.len());
+    out.extend_from_slice(before);
     decoded
-        .serialize_with_options(serde_json::value::Serializer, &options)
-        .ok()
+        .serialize_with_options(&mut serde_json::Serializer::new(&mut out), &options)
+        .ok()?;
+    out.extend_from_slice(after);
+    Some(Bytes::from(out))
 }
 
 #[cfg(test)]
@@ -183,7 +198,8 @@ mod tests {
             count: 1,
             more: false,
         };
-        let json = response(&range().output, &answer.encode_to_vec()).expect("decodes");
+        let written = response(&range().output, &answer.encode_to_vec()).expect("decodes");
+        let json: serde_json::Value = serde_json::from_slice(&written).expect("JSON");
         assert_eq!(
             json,
             serde_json::json!({
@@ -191,6 +207,21 @@ mod tests {
                 "kvs": [{"key": "Zm9v", "value": "YmFy", "mod_revision": "5"}],
                 "count": "1",
             })
+        );
+    }
+
+    #[test]
+    fn stream_answers_are_result_lines() {
+        let watch = Method::of("/etcdserverpb.Watch/Watch").expect("Watch");
+        let answer = proto::etcdserverpb::WatchResponse {
+            watch_id: 7,
+            created: true,
+            ..Default::default()
+        };
+        let line = result_line(&watch.output, &answer.encode_to_vec()).expect("decodes");
+        assert_eq!(
+            line,
+            Bytes::from_static(b"{\"result\":{\"watch_id\":\"7\",\"created\":true}}\n")
         );
     }
 

@@ -217,6 +217,9 @@ impl Serving {
     }
 }
 
+/// The most bytes of a body sent to an admin route that are read before it is answered.
+const UNUSED_BODY_BOUND: usize = 64 * 1024;
+
 /// Routes one request: gRPC by content type, admin routes by path.
 async fn handle(
     app: Arc<App>,
@@ -237,21 +240,26 @@ async fn handle(
         let call = |grpc_request| grpc(&app, peer, grpc_request);
         return Ok(app.gateway.serve(request, call).await);
     }
+    let (request, body) = request.into_parts();
+    // The admin routes read no body; one sent anyway is read (up to a bound) before the answer, since an HTTP/2
+    // answer that ends the stream while the client still sends makes clients (curl) see the stream reset.
+    let mut body = http_body_util::Limited::new(body, UNUSED_BODY_BOUND);
+    while let Some(Ok(_)) = http_body_util::BodyExt::frame(&mut body).await {}
     // Only on the main port, as etcd's proxy serves them.
     if routes == Routes::All
         && app.pprof
-        && request.uri().path().starts_with(crate::profiling::PREFIX)
+        && request.uri.path().starts_with(crate::profiling::PREFIX)
     {
-        return Ok(crate::profiling::serve(request.uri().path(), request.uri().query()).await);
+        return Ok(crate::profiling::serve(request.uri.path(), request.uri.query()).await);
     }
-    let get = request.method() == http::Method::GET;
-    let response = match request.uri().path() {
+    let get = request.method == http::Method::GET;
+    let response = match request.uri.path() {
         "/health" if get => health(crate::health::check(&app.upstream, &app.metrics).await),
         "/proxy/health" if get => health(app.own_health.check(&app.metrics).await),
-        "/metrics" if get => from_etcd(&app.upstream, "/metrics", request.headers()).await,
+        "/metrics" if get => from_etcd(&app.upstream, "/metrics", &request.headers).await,
         // etcd's version, as its client port serves it (clients such as etcd3gw read it to choose their API path).
         "/version" if get && routes == Routes::All => {
-            from_etcd(&app.upstream, "/version", request.headers()).await
+            from_etcd(&app.upstream, "/version", &request.headers).await
         }
         "/proxy/metrics" if get => plain(
             StatusCode::OK,
