@@ -104,6 +104,10 @@ pub struct FanoutPhase {
     pub error_samples: Vec<String>,
     /// From a put's send to its event's arrival at a watcher, over every delivery.
     pub latency: Option<Latency>,
+    /// Milliseconds from each put's send to its last delivery (index 0: the first measured put), 0 for a put no
+    /// watcher received: whether the delay was there from the first put or built up put after put.
+    #[serde(default)]
+    pub last_delivery_ms_by_put: Vec<f64>,
     /// From the first measured put to the last delivery (or the drain deadline).
     pub window_seconds: f64,
     pub cpu: CpuUsed,
@@ -460,6 +464,7 @@ pub async fn run(plan: &FanoutPlan, servers: &Servers<'_>) -> Result<FanoutPhase
         stream_errors: 0,
         error_samples: Vec::new(),
         latency: None,
+        last_delivery_ms_by_put: vec![0.0; plan.puts],
         window_seconds,
         cpu,
     };
@@ -492,7 +497,11 @@ fn tally(phase: &mut FanoutPhase, latencies: &mut Recorder, arrivals: &Arrivals,
         match at {
             Some(at) => {
                 phase.delivered += 1;
-                latencies.success(at.saturating_duration_since(sent[seq]));
+                let latency = at.saturating_duration_since(sent[seq]);
+                latencies.success(latency);
+                if let Some(last) = phase.last_delivery_ms_by_put.get_mut(seq - 1) {
+                    *last = last.max(latency.as_secs_f64() * 1000.0);
+                }
             }
             None => phase.missing += 1,
         }
@@ -591,6 +600,7 @@ mod tests {
             stream_errors: 0,
             error_samples: Vec::new(),
             latency: None,
+            last_delivery_ms_by_put: vec![0.0; 2],
             window_seconds: 1.0,
             cpu: CpuUsed::default(),
         };
@@ -615,5 +625,10 @@ mod tests {
             .latency
             .expect("three");
         assert!((latency.max_ms - 4.0).abs() < 0.1, "{latency:?}");
+        let last = &phase.last_delivery_ms_by_put;
+        assert!(
+            (last[0] - 3.0).abs() < 0.1 && (last[1] - 4.0).abs() < 0.1,
+            "{last:?}"
+        );
     }
 }

@@ -70,6 +70,9 @@ pub struct Options {
     /// Bytes of each put's value.
     #[arg(long, default_value_t = 64)]
     pub value_size: usize,
+    /// A flag for the proxy (repeatable), e.g. `--proxy-arg=--worker-threads=0`; none by default.
+    #[arg(long = "proxy-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub proxy_args: Vec<String>,
     /// Skips the proxy over gRPC in the unary windows (a reference, not the comparison).
     #[arg(long)]
     pub no_grpc_unary: bool,
@@ -210,7 +213,7 @@ pub async fn run(options: &Options, command: String) -> Result<GatewayReport, St
         proxy_bin.display()
     );
     let etcd = EtcdCluster::start(&binaries, 1, &["--log-level=warn"]).await?;
-    let proxy_flags: Vec<String> = Vec::new();
+    let proxy_flags = options.proxy_args.clone();
     let proxy = ProxyProcess::start(&proxy_bin, &etcd.endpoints(), &proxy_flags).await?;
     let (etcd_addr, proxy_addr) = (etcd.addr(0), proxy.addr());
     let cpu = CpuMeter {
@@ -361,7 +364,9 @@ mod tests {
             options.routes(1),
             vec![Route::ProxyGateway, Route::EtcdGateway, Route::ProxyGrpc]
         );
-        let skipped = parse(&["--no-grpc-unary"]).expect("a flag");
+        let skipped =
+            parse(&["--no-grpc-unary", "--proxy-arg", "--worker-threads=0"]).expect("flags");
+        assert_eq!(skipped.proxy_args, vec!["--worker-threads=0".to_string()]);
         assert_eq!(
             skipped.routes(0),
             vec![Route::EtcdGateway, Route::ProxyGateway]

@@ -47,6 +47,27 @@ fn fanout_section(report: &GatewayReport) -> String {
             p.create_seconds,
         ));
     }
+    out.push_str(
+        "\n| transport | put to its last delivery (ms): first put | 25% | 50% | 75% | last put |\n\
+         |---|--:|--:|--:|--:|--:|\n",
+    );
+    for p in &report.fanout {
+        let by_put = &p.last_delivery_ms_by_put;
+        let at = |fraction: f64| {
+            by_put
+                .get(((by_put.len().saturating_sub(1)) as f64 * fraction).round() as usize)
+                .map_or("—".into(), |ms| format!("{ms:.2}"))
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            p.transport.label(),
+            at(0.0),
+            at(0.25),
+            at(0.5),
+            at(0.75),
+            at(1.0)
+        ));
+    }
     out.push_str(&format!(
         "\nLatency: from a put's send (straight to etcd) to its event's arrival at a watcher, over every watcher and \
          every put. CPU: used from the first put to the last delivery. Gateway / gRPC p99: {}.\n\n",
@@ -147,7 +168,7 @@ pub fn render(report: &GatewayReport) -> String {
         ),
     };
     let flags = match report.proxy_flags.is_empty() {
-        true => "default flags: range cache on".to_string(),
+        true => "default flags: one worker thread, range cache on".to_string(),
         false => format!("`{}`", report.proxy_flags.join(" ")),
     };
     format!(
@@ -205,6 +226,7 @@ mod tests {
                 p99_ms,
                 max_ms: p99_ms,
             }),
+            last_delivery_ms_by_put: vec![1.0, 2.0, p99_ms],
             window_seconds: 0.05,
             cpu: CpuUsed::default(),
         }
