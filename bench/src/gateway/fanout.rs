@@ -425,9 +425,9 @@ pub async fn run(plan: &FanoutPlan, servers: &Servers<'_>) -> Result<FanoutPhase
     let mut sent = vec![window_start; plan.puts + 1];
     let mut pace = tokio::time::interval(plan.put_interval);
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    for seq in 1..=plan.puts {
+    for (seq, sent_at) in sent.iter_mut().enumerate().skip(1) {
         pace.tick().await;
-        sent[seq] = Instant::now();
+        *sent_at = Instant::now();
         put(&mut kv, &plan.key, seq as u64).await?;
     }
     let finished = || async {
@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(grpc_message(&created), Ok(Message::Created));
         let event = |value: &str| Event {
             kv: Some(KeyValue {
-                value: value.as_bytes().to_vec(),
+                value: bytes::Bytes::copy_from_slice(value.as_bytes()),
                 ..Default::default()
             }),
             ..Default::default()

@@ -92,9 +92,9 @@ impl Options {
         if self.clients == 0 || self.rounds == 0 {
             return Err("--clients and --rounds must be at least 1".into());
         }
-        if !(self.seconds > 0.0 && self.seconds.is_finite())
-            || !(self.warmup_seconds >= 0.0 && self.warmup_seconds.is_finite())
-        {
+        let window_ok = self.seconds > 0.0 && self.seconds.is_finite();
+        let warmup_ok = self.warmup_seconds >= 0.0 && self.warmup_seconds.is_finite();
+        if !window_ok || !warmup_ok {
             return Err("--seconds must be above 0 and --warmup-seconds at least 0".into());
         }
         Ok(())
@@ -349,7 +349,7 @@ mod tests {
         assert!(refused(&["--watchers", "0"]));
         assert!(refused(&["--clients", "0"]));
         assert!(refused(&["--seconds", "0"]));
-        assert!(refused(&["--warmup-seconds", "-1"]));
+        assert!(refused(&["--warmup-seconds=-1"]));
         assert!(!refused(&["--warmup-seconds", "0", "--puts", "1"]));
     }
 
