@@ -21,10 +21,13 @@
 //! key through the leaves, this proxy's tree and the Go proxy's in turn (issue 18).
 //! `bench list` ([`list`]) is a third: 100,000 keys listed with RangeStream from etcd 3.7 directly and through this
 //! proxy (issue 32).
+//! `bench gateway` ([`gateway`]) is a fourth: etcd's JSON gateway through this proxy (issue 34): a watch fan-out
+//! over the gateway against the same over gRPC, and unary calls against etcd's own gateway.
 //!
 //! The benchmark asserts nothing about speed; it measures. Its quick mode is exercised by `tests/quick.rs`.
 
 pub mod failover;
+pub mod gateway;
 pub mod list;
 pub mod load;
 pub mod memory;

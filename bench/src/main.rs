@@ -2,7 +2,8 @@
 //! running anything, renders an earlier run again (`--render`) or compares two runs (`--compare`); or, as
 //! `bench failover`, measures what a member's crash, hang or partition costs each target's clients; or, as
 //! `bench tree`, measures a watch fan-out through a tree of this proxy and through a tree of the Go proxy; or, as
-//! `bench list`, times listing 100,000 keys with RangeStream straight from etcd 3.7 and through this proxy.
+//! `bench list`, times listing 100,000 keys with RangeStream straight from etcd 3.7 and through this proxy; or,
+//! as `bench gateway`, measures etcd's JSON gateway through this proxy against gRPC and against etcd's own.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -93,6 +94,10 @@ enum Mode {
     /// from etcd and through this proxy in turn: each one's median time and the proxy's peak memory (see
     /// `bench::list`).
     List(bench::list::Options),
+    /// One etcd member and this proxy: 1,000 watchers of one key over the proxy's JSON gateway and then over
+    /// gRPC (etcd's watchers, fan-out latency of paced puts), and unary ranges and puts against etcd's own
+    /// gateway and the proxy's (calls/s, CPU per call) (see `bench::gateway`).
+    Gateway(bench::gateway::Options),
 }
 
 fn main() -> ExitCode {
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Some(Mode::Failover(options)) => return failover(options),
         Some(Mode::Tree(options)) => return tree(options),
         Some(Mode::List(options)) => return list(options),
+        Some(Mode::Gateway(options)) => return gateway(options),
         None => {}
     }
     if let Some(message) = overridden_flags(&matches, &args) {
@@ -224,7 +230,28 @@ fn list(options: &bench::list::Options) -> ExitCode {
     }
 }
 
-/// Runs a measurement of its own (`bench failover`, `bench tree`, `bench list`) on a fresh runtime, given the command line;
+/// `bench gateway`: runs, prints the markdown, writes it and the JSON. Fails when it could not run, a watcher
+/// missed or repeated an event, or a call failed.
+fn gateway(options: &bench::gateway::Options) -> ExitCode {
+    let Some(report) = measure(
+        "bench gateway",
+        |command| bench::gateway::run(options, command),
+        bench::gateway::render,
+        |report| bench::gateway::write(report, &options.out_dir),
+    ) else {
+        return ExitCode::FAILURE;
+    };
+    let failures = report.failures();
+    if failures.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for failure in failures {
+        eprintln!("bench gateway: {failure}");
+    }
+    ExitCode::FAILURE
+}
+
+/// Runs a measurement of its own (`bench failover`, `bench tree`, `bench list`, `bench gateway`) on a fresh runtime, given the command line;
 /// prints its markdown and writes its files. Ctrl-C ends the run by dropping it, which kills every process it
 /// started. `None` (after saying why) when it could not run or its report could not be written.
 fn measure<R, F>(
@@ -435,6 +462,17 @@ mod tests {
         };
         assert_eq!(options.leaves, 2);
         assert_eq!(options.targets, vec![bench::tree::TreeTarget::Go]);
+    }
+
+    #[test]
+    fn gateway_is_a_subcommand_that_needs_no_targets() {
+        let args = Args::try_parse_from(["bench", "gateway", "--watchers", "10", "--seconds", "2"])
+            .expect("gateway stands alone");
+        let Some(Mode::Gateway(options)) = args.mode else {
+            panic!("not the gateway mode: {:?}", args.mode);
+        };
+        assert_eq!((options.watchers, options.seconds), (10, 2.0));
+        assert!(options.etcd.is_none());
     }
 
     #[test]
