@@ -87,16 +87,12 @@ impl Gateway {
         with_cors(self.call(dialect, grpc_path, method, request, call).await)
     }
 
-    /// Reads and drops a request body that is answered without being used, up to the size a request may have: an
-    /// HTTP/2 answer that ends the stream while the client is still sending makes clients (curl) see the stream
-    /// reset instead of the answer.
     async fn drain<B>(&self, body: B)
     where
         B: HttpBody<Data = Bytes> + Unpin,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let mut body = Limited::new(body, self.max_request_bytes);
-        while let Some(Ok(_)) = body.frame().await {}
+        drain_unused(body, self.max_request_bytes).await;
     }
 
     /// Serves a gateway request for one gRPC method.
@@ -151,6 +147,17 @@ impl Gateway {
             answers::unary(answer, &method.output, dialect).await
         }
     }
+}
+
+/// Reads and drops a request body that is answered without being used, up to `bound` bytes: an HTTP/2 answer that
+/// ends the stream while the client is still sending makes clients (curl) see the stream reset instead of the answer.
+pub async fn drain_unused<B>(body: B, bound: usize)
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut body = Limited::new(body, bound);
+    while let Some(Ok(_)) = body.frame().await {}
 }
 
 /// The CORS headers etcd puts on every answer of its client port (its default `--cors` allows every origin).

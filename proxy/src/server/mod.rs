@@ -241,10 +241,8 @@ async fn handle(
         return Ok(app.gateway.serve(request, call).await);
     }
     let (request, body) = request.into_parts();
-    // The admin routes read no body; one sent anyway is read (up to a bound) before the answer, since an HTTP/2
-    // answer that ends the stream while the client still sends makes clients (curl) see the stream reset.
-    let mut body = http_body_util::Limited::new(body, UNUSED_BODY_BOUND);
-    while let Some(Ok(_)) = http_body_util::BodyExt::frame(&mut body).await {}
+    // The admin routes read no body; one sent anyway is read (up to a bound) before the answer.
+    crate::gateway::drain_unused(body, UNUSED_BODY_BOUND).await;
     // Only on the main port, as etcd's proxy serves them.
     if routes == Routes::All
         && app.pprof
