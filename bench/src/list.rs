@@ -306,13 +306,7 @@ pub fn render(report: &ListReport) -> String {
 
 /// Writes `list.md` and `list.json` into `dir`; returns their paths.
 pub fn write(report: &ListReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let md = dir.join("list.md");
-    let json = dir.join("list.json");
-    std::fs::write(&md, render(report)).map_err(|e| format!("write {}: {e}", md.display()))?;
-    let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    std::fs::write(&json, text).map_err(|e| format!("write {}: {e}", json.display()))?;
-    Ok(vec![md, json])
+    crate::report::write_md_json(dir, "list", render(report), report)
 }
 
 #[cfg(test)]

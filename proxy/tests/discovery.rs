@@ -140,17 +140,7 @@ async fn registered_proxies_list_each_other_and_leave_when_stopped_or_killed() {
     // Stopped gracefully: its key is gone by the time it has exited.
     let mut first = first;
     first.terminate();
-    wait_for("the first proxy to exit", Duration::from_secs(30), || {
-        let running = first.is_running();
-        async move {
-            if running {
-                Err("running".to_string())
-            } else {
-                Ok(())
-            }
-        }
-    })
-    .await;
+    support::proxy::wait_exited(&mut first, Duration::from_secs(30)).await;
     let left: Vec<String> = registrations(&etcd, prefix)
         .await
         .into_iter()

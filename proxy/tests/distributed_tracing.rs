@@ -467,15 +467,7 @@ async fn the_last_spans_are_sent_when_the_proxy_stops() {
     put(&proxy.addr(), "last", Some(&client.traceparent(true))).await;
     // At once: the spans' batch would wait 5 s to fill, and the proxy exits well before.
     proxy.terminate();
-    wait_for("the proxy to exit", TIMEOUT, || {
-        let running = proxy.is_running();
-        async move {
-            (!running)
-                .then_some(())
-                .ok_or_else(|| "running".to_string())
-        }
-    })
-    .await;
+    support::proxy::wait_exited(&mut proxy, TIMEOUT).await;
     let spans = collector.trace(&client.trace_id);
     one(
         &spans,

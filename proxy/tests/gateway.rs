@@ -328,15 +328,5 @@ async fn at_shutdown_a_gateway_watch_ends_with_unavailable_and_the_proxy_exits()
     // The form of the etcd behind: `grpc_code` for etcd 3.4 and 3.5.1, `code` from 3.5.30.
     let code = last["error"].get("code").or(last["error"].get("grpc_code"));
     assert_eq!(code, Some(&json!(14)), "Unavailable: {last}");
-    testkit::wait_for("the proxy to exit", support::gateway::DEADLINE, || {
-        let running = proxy.is_running();
-        async move {
-            if running {
-                Err("running".to_string())
-            } else {
-                Ok(())
-            }
-        }
-    })
-    .await;
+    support::proxy::wait_exited(&mut proxy, support::gateway::DEADLINE).await;
 }

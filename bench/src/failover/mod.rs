@@ -196,14 +196,7 @@ pub async fn run(options: &Options, command: String) -> Result<FailoverReport, S
 
 /// Writes `failover.md` and `failover.json` into `dir`; returns their paths.
 pub fn write(report: &FailoverReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let md = dir.join("failover.md");
-    let json = dir.join("failover.json");
-    std::fs::write(&md, table::render(report))
-        .map_err(|e| format!("write {}: {e}", md.display()))?;
-    let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    std::fs::write(&json, text).map_err(|e| format!("write {}: {e}", json.display()))?;
-    Ok(vec![md, json])
+    crate::report::write_md_json(dir, "failover", table::render(report), report)
 }
 
 /// What one phase works with.

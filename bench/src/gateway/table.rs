@@ -188,13 +188,7 @@ pub fn render(report: &GatewayReport) -> String {
 
 /// Writes `gateway.md` and `gateway.json` into `dir`; returns their paths.
 pub fn write(report: &GatewayReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let md = dir.join("gateway.md");
-    let json = dir.join("gateway.json");
-    std::fs::write(&md, render(report)).map_err(|e| format!("write {}: {e}", md.display()))?;
-    let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    std::fs::write(&json, text).map_err(|e| format!("write {}: {e}", json.display()))?;
-    Ok(vec![md, json])
+    crate::report::write_md_json(dir, "gateway", render(report), report)
 }
 
 #[cfg(test)]

@@ -10,6 +10,23 @@ use std::path::{Path, PathBuf};
 
 use crate::results::Report;
 
+/// Writes a mode's report as `<name>.md` (`markdown`) and `<name>.json` (`report`) into `dir`; returns their paths.
+/// The one writer of `bench list`, `failover`, `tree` and `gateway`.
+pub fn write_md_json<T: serde::Serialize>(
+    dir: &Path,
+    name: &str,
+    markdown: String,
+    report: &T,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let md = dir.join(format!("{name}.md"));
+    let json = dir.join(format!("{name}.json"));
+    std::fs::write(&md, markdown).map_err(|e| format!("write {}: {e}", md.display()))?;
+    let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    std::fs::write(&json, text).map_err(|e| format!("write {}: {e}", json.display()))?;
+    Ok(vec![md, json])
+}
+
 /// Writes all outputs into `dir`; returns the paths written.
 pub fn write(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;

@@ -215,14 +215,7 @@ pub async fn run(options: &Options, command: String) -> Result<TreeReport, Strin
 
 /// Writes `tree.md` and `tree.json` into `dir`; returns their paths.
 pub fn write(report: &TreeReport, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let md = dir.join("tree.md");
-    let json = dir.join("tree.json");
-    std::fs::write(&md, table::render(report))
-        .map_err(|e| format!("write {}: {e}", md.display()))?;
-    let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    std::fs::write(&json, text).map_err(|e| format!("write {}: {e}", json.display()))?;
-    Ok(vec![md, json])
+    crate::report::write_md_json(dir, "tree", table::render(report), report)
 }
 
 /// One tree on a fresh etcd: start it, run the fan-out through its leaves, meter it, check it is still healthy.

@@ -55,3 +55,18 @@ pub async fn try_start(args: &[&str]) -> Exited {
         ),
     }
 }
+
+/// Waits (up to `deadline`) until `proxy`'s process has exited, as after `terminate`; panics if it has not.
+pub async fn wait_exited(proxy: &mut ProxyProcess, deadline: Duration) {
+    testkit::wait_for("the proxy to exit", deadline, || {
+        let running = proxy.is_running();
+        async move {
+            if running {
+                Err("running".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+}
