@@ -30,12 +30,17 @@ pub struct Relay {
 
 impl Relay {
     /// Listens on a free loopback port and forwards each connection to `upstream` (`127.0.0.1:PORT`).
+    ///
+    /// The port is the kernel's choice, bound at once and held: a port probed free and bound later can be taken
+    /// in between (CI saw "address already in use" that way).
     pub async fn start(upstream: &str) -> Result<Self, String> {
-        let port = testkit::try_free_port().map_err(|e| format!("a free loopback port: {e}"))?;
-        let addr = format!("127.0.0.1:{port}");
-        let listener = TcpListener::bind(&addr)
+        let listener = TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|e| format!("relay bind {addr}: {e}"))?;
+            .map_err(|e| format!("relay bind 127.0.0.1:0: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("relay address: {e}"))?
+            .to_string();
         let (cut, gate) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, upstream.to_string(), gate));
         Ok(Self { addr, cut, task })
@@ -126,9 +131,8 @@ mod tests {
 
     /// An echo server on a free port; returns its address.
     async fn echo_server() -> String {
-        let port = testkit::free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let listener = TcpListener::bind(&addr).await.expect("bind echo");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+        let addr = listener.local_addr().expect("echo address").to_string();
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
                 tokio::spawn(async move {
