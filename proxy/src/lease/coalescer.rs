@@ -42,7 +42,7 @@ use super::renewals::{
 /// Pause before re-opening the upstream stream after a failure, growing up to the maximum.
 const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
 const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// How often the stream checks that it is still on the active endpoint and that etcd answers.
+/// How often the stream checks that etcd answers.
 const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(500);
 /// A renewal unanswered for this long means the endpoint cannot serve (a partition, a hung member).
 const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -170,15 +170,16 @@ impl Stream<'_> {
         let _gauge = scopeguard(|| metrics.lease_upstream_streams.dec());
         let mut requests_open = true;
         let mut check = tokio::time::interval(HEALTH_CHECK_EVERY);
+        let moved = upstream.abandoned(pick);
+        tokio::pin!(moved);
         loop {
             tokio::select! {
                 // A fixed order keeps a seeded run reproducible (tokio draws select!'s order from an unseeded RNG).
-                // Nothing starves: the check is ready twice a second, and answers come only for renewals sent.
+                // Nothing starves: the check is ready twice a second, a move once, and answers come only for
+                // renewals sent.
                 biased;
+                () = &mut moved => return StreamEnd::Moved,
                 _ = check.tick() => {
-                    if upstream.moved_from(pick) {
-                        return StreamEnd::Moved;
-                    }
                     if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a lease renewal in time"));
                     }

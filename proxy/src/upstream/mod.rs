@@ -248,13 +248,9 @@ impl Upstream {
         }
     }
 
-    /// Whether `pick` is no longer the active endpoint.
-    pub fn moved_from(&self, pick: &Active) -> bool {
-        self.active.borrow().index != pick.index
-    }
-
-    /// Completes when the active endpoint is no longer `pick`'s.
-    async fn abandoned(&self, pick: &Active) {
+    /// Completes when the active endpoint is no longer `pick`'s: a long-lived stream on `pick` moves at once, not
+    /// at its next look, since a lease whose renewal waits on a member the proxy has left may expire meanwhile.
+    pub async fn abandoned(&self, pick: &Active) {
         let mut changes = self.active.subscribe();
         if changes.wait_for(|s| s.index != pick.index).await.is_err() {
             std::future::pending::<()>().await;

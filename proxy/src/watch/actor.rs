@@ -311,6 +311,9 @@ impl Actor {
         let mut creates = AnswerDeadline::default();
         // Client commands and upstream responses take turns when both are ready (see `next_woke`).
         let mut commands_first = true;
+        let upstream = self.upstream.clone();
+        let moved = upstream.abandoned(pick);
+        tokio::pin!(moved);
         loop {
             if resync_resend.is_none() && self.hub.progress_maybe_dropped() {
                 resync_resend = Some(Instant::now() + RESYNC_RESEND_AFTER);
@@ -325,10 +328,8 @@ impl Actor {
                         self.flush(&tx);
                     }
                 }
+                () = &mut moved => return StreamEnd::Moved,
                 _ = check.tick() => {
-                    if self.upstream.moved_from(pick) {
-                        return StreamEnd::Moved;
-                    }
                     if creates.overdue(self.hub.create_progress(), Instant::now(), PROBE_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch create in time"));
                     }
