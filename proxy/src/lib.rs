@@ -10,10 +10,11 @@
 //!   it names, its answer written as JSON in the form of the etcd version behind.
 //! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
-//! - [`cache`]: serializable Range calls answered from copies of ranges a watch keeps current.
+//! - [`cache`]: Range calls answered from copies of ranges a watch keeps current: serializable reads once a copy
+//!   is at the newest revision returned, linearizable ones once it is at etcd's revision learnt after they arrived.
 //! - [`leasing`]: `--experimental-leasing-prefix`: etcd's leasing protocol; reads of owned keys answered locally.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
-//! - [`lease`]: all keep-alive streams coalesced onto one upstream stream.
+//! - [`lease`]: keep-alive streams coalesced: one upstream stream per caller token (one in all without auth).
 //! - [`cluster`]: MemberList answered with etcd's members reached at the proxies; registration under
 //!   `--resolver-prefix`.
 //! - [`namespace`]: `--namespace`: every key clients send gets the prefix, every key they receive loses it.
