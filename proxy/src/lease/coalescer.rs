@@ -11,15 +11,15 @@
 //!   first-out.
 //! - Each client stream reads its answers in the order of its requests, whatever their leases, as from etcd; once
 //!   an error ends a client stream, nothing more of it is read or renewed ([`super::replies`]).
-//! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover) and every renewal not
-//!   yet answered is sent again; clients see only a later answer, never an error, while an endpoint is up. A
-//!   request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody keeps.
+//! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover: [`supervisor`]) and every
+//!   renewal not yet answered is sent again; clients see only a later answer, never an error, while an endpoint is
+//!   up. A request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody
+//!   keeps.
 //! - When etcd refuses a renewal (a lease whose keys the token may not write), only the client streams of the leases
 //!   it refuses end with its error ([`super::refusal`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use proto::etcdserverpb::lease_client::LeaseClient;
@@ -29,9 +29,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status, Streaming};
 
-use crate::error;
 use crate::metrics::Metrics;
-use crate::upstream::{Active, NO_LEADER, Upstream};
+use crate::otel::span::OpenSpan;
+use crate::upstream::supervisor::{self, Ended, Ready, Supervised};
+use crate::upstream::{Active, Upstream};
 
 use super::refusal;
 use super::renewals::{
@@ -39,13 +40,6 @@ use super::renewals::{
     oldest_in_flight, queue, requeue_unanswered, send_queued,
 };
 
-/// Pause before re-opening the upstream stream after a failure, growing up to the maximum.
-const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
-const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// How often the stream checks that etcd answers.
-const HEALTH_CHECK_EVERY: Duration = Duration::from_millis(500);
-/// A renewal unanswered for this long means the endpoint cannot serve (a partition, a hung member).
-const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Requests taken from the queue in one go (bounds the work between two looks at the upstream stream).
 const DRAIN_BATCH: usize = 4096;
 
@@ -53,69 +47,83 @@ const DRAIN_BATCH: usize = 4096;
 pub async fn run(
     upstream: Arc<Upstream>,
     metrics: Metrics,
-    mut requests: mpsc::Receiver<Renew>,
+    requests: mpsc::Receiver<Renew>,
     token: Option<String>,
 ) {
-    let token = token.and_then(|token| token.parse::<MetadataValue<Ascii>>().ok());
-    let mut leases: BTreeMap<i64, LeaseRenewals> = BTreeMap::new();
-    let mut backoff = REOPEN_BACKOFF_START;
-    loop {
-        requeue_unanswered(&mut leases);
-        forget_departed(&mut leases);
+    let mut coalescer = Coalescer {
+        upstream: upstream.clone(),
+        metrics,
+        requests,
+        token: token.and_then(|token| token.parse::<MetadataValue<Ascii>>().ok()),
+        leases: BTreeMap::new(),
+    };
+    supervisor::supervise(&upstream, &mut coalescer).await;
+}
+
+/// One coalescer: its callers' requests, as whom it renews, and what it owes, lease by lease.
+struct Coalescer {
+    upstream: Arc<Upstream>,
+    metrics: Metrics,
+    requests: mpsc::Receiver<Renew>,
+    token: Option<MetadataValue<Ascii>>,
+    leases: BTreeMap<i64, LeaseRenewals>,
+}
+
+impl Supervised for Coalescer {
+    const KIND: &'static str = "keep-alive";
+
+    async fn ready(&mut self) -> Ready {
+        requeue_unanswered(&mut self.leases);
+        forget_departed(&mut self.leases);
         // Open the upstream stream only when there is something to renew.
-        if leases.is_empty() {
-            let Some(first) = requests.recv().await else {
-                return;
+        if self.leases.is_empty() {
+            let Some(first) = self.requests.recv().await else {
+                return Ready::Finish;
             };
-            queue(&mut leases, first);
+            queue(&mut self.leases, first);
         }
-        let pick = upstream.serving().await;
+        Ready::Serve
+    }
+
+    async fn serve(&mut self, pick: &Active, span: &mut Option<OpenSpan>) -> Ended {
         let stream = Stream {
-            upstream: &upstream,
-            metrics: &metrics,
-            pick: &pick,
-            token: token.as_ref(),
+            upstream: &self.upstream,
+            metrics: &self.metrics,
+            pick,
+            token: self.token.as_ref(),
         };
-        let mut own_span = None;
-        let outcome = stream
-            .serve(&mut leases, &mut requests, &mut own_span)
-            .await;
-        if let Some(span) = own_span {
-            span.end(match &outcome {
-                StreamEnd::Failed(status) => status.code(),
-                _ => tonic::Code::Ok,
-            });
-        }
-        match outcome {
-            StreamEnd::ClientsGone => return,
-            StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
-            StreamEnd::Failed(status) => {
-                if status.message() == NO_LEADER {
-                    // The member answers, without a leader: another member may have one (during an election,
-                    // none has, and nothing moves).
-                    upstream.seek_leader(&pick);
-                    fail_leader_requirers(&mut leases, &status);
-                } else if error::is_endpoint_failure(&status) {
-                    upstream.report_failure(&pick);
-                } else if refusal::refuses_one_renewal(&status) {
-                    // Perhaps of one client's renewal only: only the leases etcd refuses fail.
-                    let renew_alone = |id| {
-                        metrics.lease_renewals_forwarded.inc();
-                        renew_alone(&upstream, &pick, token.as_ref(), id)
-                    };
-                    refusal::settle(&mut leases, &status, renew_alone).await;
-                } else {
-                    // etcd's refusal of the caller ending the stream (an invalid token, say): every unanswered
-                    // request gets it, as it would on a direct stream.
-                    fail_all(&mut leases, &status);
-                }
-                tracing::debug!(%status, "upstream keep-alive stream ended; re-opening");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(REOPEN_BACKOFF_MAX);
-            }
-            StreamEnd::Healthy => backoff = REOPEN_BACKOFF_START,
+        match stream
+            .serve(&mut self.leases, &mut self.requests, span)
+            .await
+        {
+            StreamEnd::ClientsGone => Ended::Finished,
+            StreamEnd::Moved | StreamEnd::Healthy => Ended::Reopen,
+            StreamEnd::Failed(status) => Ended::Failed(status),
         }
     }
+
+    fn leader_lost(&mut self, status: &Status) {
+        fail_leader_requirers(&mut self.leases, status);
+    }
+
+    async fn refused(&mut self, pick: &Active, status: &Status) {
+        if refusal::refuses_one_renewal(status) {
+            // Perhaps of one client's renewal only: only the leases etcd refuses fail.
+            let (upstream, metrics, token) = (&self.upstream, &self.metrics, self.token.as_ref());
+            let renew_alone = |id| {
+                metrics.lease_renewals_forwarded.inc();
+                renew_alone(upstream, pick, token, id)
+            };
+            refusal::settle(&mut self.leases, status, renew_alone).await;
+        } else {
+            // etcd's refusal of the caller ending the stream (an invalid token, say): every unanswered request
+            // gets it, as it would on a direct stream.
+            fail_all(&mut self.leases, status);
+        }
+    }
+
+    /// What a lost stream owes is sent again on the next (see `ready`).
+    fn lost(&mut self) {}
 }
 
 enum StreamEnd {
@@ -169,7 +177,7 @@ impl Stream<'_> {
         metrics.lease_upstream_streams.inc();
         let _gauge = scopeguard(|| metrics.lease_upstream_streams.dec());
         let mut requests_open = true;
-        let mut check = tokio::time::interval(HEALTH_CHECK_EVERY);
+        let mut check = tokio::time::interval(supervisor::CHECK_EVERY);
         let moved = upstream.abandoned(pick);
         tokio::pin!(moved);
         loop {
@@ -180,7 +188,7 @@ impl Stream<'_> {
                 biased;
                 () = &mut moved => return StreamEnd::Moved,
                 _ = check.tick() => {
-                    if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {
+                    if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > supervisor::RENEWAL_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a lease renewal in time"));
                     }
                 }
@@ -253,7 +261,7 @@ async fn renew_alone(
             .await?
             .ok_or_else(|| Status::unavailable("upstream keep-alive stream ended"))
     };
-    tokio::time::timeout(RENEWAL_TIMEOUT, renewal)
+    tokio::time::timeout(supervisor::RENEWAL_TIMEOUT, renewal)
         .await
         .unwrap_or_else(|_| {
             Err(Status::unavailable(

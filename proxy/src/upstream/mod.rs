@@ -28,6 +28,7 @@ mod leader;
 mod ordering;
 pub mod outbound;
 mod pool;
+pub mod supervisor;
 mod sync;
 
 use std::sync::atomic::Ordering;

@@ -1,6 +1,6 @@
 //! Runs one [`Hub`] against etcd: owns its upstream Watch stream, feeds it client commands and etcd's responses,
-//! re-opens the stream on the active endpoint when it fails or the proxy fails over, and checks that etcd still
-//! answers (a progress request after a quiet period) so that a hung member is noticed.
+//! and checks that etcd still answers (a progress request after a quiet period) so that a hung member is noticed.
+//! The stream is opened, re-opened after it ends, and moved with a failover by [`supervisor`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -19,7 +19,9 @@ use tonic::{Request, Status, Streaming};
 
 use super::hub::{Hub, StreamId, StreamSink};
 use crate::error;
+use crate::otel::span::OpenSpan;
 use crate::upstream::identity::Identity;
+use crate::upstream::supervisor::{self, Ended, Ready, Supervised};
 use crate::upstream::{Active, Upstream};
 
 /// What client streams ask of their hub.
@@ -60,14 +62,7 @@ pub enum Command {
 /// the proxy's own identity every caller shares the hub under `None`.
 pub type Registry = Arc<Mutex<BTreeMap<Option<String>, mpsc::UnboundedSender<Command>>>>;
 
-/// How often the actor looks at the upstream stream's health.
-const CHECK_EVERY: Duration = Duration::from_millis(500);
-/// After this long without a message from etcd, ask it for progress...
-const PROBE_AFTER_SILENCE: Duration = Duration::from_secs(5);
-/// ...and if it does not answer within this, treat the endpoint as failed. The same bound applies to creates: a
-/// member that keeps sending events but no longer hears the proxy would otherwise leave new watchers unanswered.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How many ticks of [`CHECK_EVERY`] must find a progress request for clients unanswered before it is sent again
+/// How many ticks of [`supervisor::CHECK_EVERY`] must find a progress request for clients unanswered before it is sent again
 /// (see [`Hub::resend_progress`]): one, so within half a second. etcd syncs a new watcher within 100 ms, so the
 /// second request is answered, well within the wait of a linearizable read from the range cache (1 s); a request
 /// answered after all only costs etcd a second answer.
@@ -78,8 +73,6 @@ const RESYNC_RESEND_AFTER: Duration =
     super::hub::ETCD_RESYNC_PERIOD.saturating_add(Duration::from_millis(20));
 /// How long the actor waits for a member to say its version before opening a stream without knowing it.
 const VERSION_WAIT: Duration = Duration::from_secs(1);
-const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
-const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Commands applied before the actor looks at etcd's responses again.
 const DRAIN_BATCH: usize = 1024;
 
@@ -102,6 +95,8 @@ pub struct Actor {
     pub registry: Registry,
     /// Whether the hub answers as the members' version of etcd does yet (see [`Actor::learn_version`]).
     pub version_known: bool,
+    /// The token the next upstream stream carries (see [`Actor::stream_token`]).
+    pub token: Option<String>,
 }
 
 enum StreamEnd {
@@ -120,62 +115,8 @@ enum StreamEnd {
 impl Actor {
     /// Runs until the hub has no client stream left (it then removes itself from the registry).
     pub async fn run(mut self) {
-        let mut backoff = REOPEN_BACKOFF_START;
-        loop {
-            if !self.wait_for_work().await {
-                return;
-            }
-            let token = match self.stream_token().await {
-                Ok(token) => token,
-                Err(status) => {
-                    tracing::debug!(%status, "no token for the upstream watch stream yet");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(REOPEN_BACKOFF_MAX);
-                    continue;
-                }
-            };
-            if !self.version_known {
-                self.learn_version(token.as_deref()).await;
-            }
-            let pick = self.upstream.serving().await;
-            let mut own_span = None;
-            let end = self
-                .serve_stream(&pick, token.as_deref(), &mut own_span)
-                .await;
-            if let Some(span) = own_span {
-                span.end(match &end {
-                    StreamEnd::Failed(status) => status.code(),
-                    _ => tonic::Code::Ok,
-                });
-            }
-            match end {
-                StreamEnd::Finished => return,
-                StreamEnd::Idle | StreamEnd::Moved => backoff = REOPEN_BACKOFF_START,
-                StreamEnd::TokenRefused => {
-                    tracing::info!(
-                        "etcd refused the upstream watch stream's token; re-opening it with a new one"
-                    );
-                    if let UpstreamAuth::Proxy(identity) = &self.auth {
-                        identity.forget(token.as_deref()).await;
-                    }
-                    backoff = REOPEN_BACKOFF_START;
-                }
-                StreamEnd::Failed(status) => {
-                    if status.message() == crate::upstream::NO_LEADER {
-                        // The member answers, without a leader: another member may have one (during an
-                        // election, none has, and nothing moves).
-                        self.upstream.seek_leader(&pick);
-                        self.hub.fail_leader_requirers(&status);
-                    } else if error::is_endpoint_failure(&status) {
-                        self.upstream.report_failure(&pick);
-                    }
-                    tracing::debug!(%status, "upstream watch stream ended; re-opening");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(REOPEN_BACKOFF_MAX);
-                }
-            }
-            self.hub.upstream_lost();
-        }
+        let upstream = self.upstream.clone();
+        supervisor::supervise(&upstream, &mut self).await;
     }
 
     /// Learns the members' etcd version once, for answers that differ between versions. The members of a cluster
@@ -301,7 +242,7 @@ impl Actor {
         let opening = client.watch(request);
         tokio::pin!(opening);
         let mut responses: Option<Streaming<WatchResponse>> = None;
-        let mut check = tokio::time::interval(CHECK_EVERY);
+        let mut check = tokio::time::interval(supervisor::CHECK_EVERY);
         let mut last_heard = Instant::now();
         let mut probe_sent: Option<Instant> = None;
         // Ticks that found a progress request unanswered, in a row.
@@ -330,7 +271,7 @@ impl Actor {
                 }
                 () = &mut moved => return StreamEnd::Moved,
                 _ = check.tick() => {
-                    if creates.overdue(self.hub.create_progress(), Instant::now(), PROBE_TIMEOUT) {
+                    if creates.overdue(self.hub.create_progress(), Instant::now(), supervisor::WATCH_ANSWER_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch create in time"));
                     }
                     progress_unanswered = if self.hub.progress_in_flight() { progress_unanswered + 1 } else { 0 };
@@ -341,10 +282,10 @@ impl Actor {
                         }
                     }
                     if let Some(sent) = probe_sent {
-                        if sent.elapsed() > PROBE_TIMEOUT {
+                        if sent.elapsed() > supervisor::WATCH_ANSWER_TIMEOUT {
                             return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch progress request in time"));
                         }
-                    } else if last_heard.elapsed() > PROBE_AFTER_SILENCE && self.hub.liveness_probe() {
+                    } else if last_heard.elapsed() > supervisor::WATCH_PROBE_AFTER_SILENCE && self.hub.liveness_probe() {
                         probe_sent = Some(Instant::now());
                         self.flush(&tx);
                     }
@@ -388,6 +329,57 @@ impl Actor {
                 },
             }
         }
+    }
+}
+
+impl Supervised for Actor {
+    const KIND: &'static str = "watch";
+
+    async fn ready(&mut self) -> Ready {
+        if !self.wait_for_work().await {
+            return Ready::Finish;
+        }
+        match self.stream_token().await {
+            Ok(token) => self.token = token,
+            Err(status) => {
+                tracing::debug!(%status, "no token for the upstream watch stream yet");
+                return Ready::Retry;
+            }
+        }
+        if !self.version_known {
+            let token = self.token.clone();
+            self.learn_version(token.as_deref()).await;
+        }
+        Ready::Serve
+    }
+
+    async fn serve(&mut self, pick: &Active, span: &mut Option<OpenSpan>) -> Ended {
+        let token = self.token.clone();
+        match self.serve_stream(pick, token.as_deref(), span).await {
+            StreamEnd::Finished => Ended::Finished,
+            StreamEnd::Idle | StreamEnd::Moved => Ended::Reopen,
+            StreamEnd::TokenRefused => {
+                tracing::info!(
+                    "etcd refused the upstream watch stream's token; re-opening it with a new one"
+                );
+                if let UpstreamAuth::Proxy(identity) = &self.auth {
+                    identity.forget(token.as_deref()).await;
+                }
+                Ended::Reopen
+            }
+            StreamEnd::Failed(status) => Ended::Failed(status),
+        }
+    }
+
+    fn leader_lost(&mut self, status: &Status) {
+        self.hub.fail_leader_requirers(status);
+    }
+
+    /// A watch stream's refusals reach its clients through the hub (a refused create, say) before it ends.
+    async fn refused(&mut self, _pick: &Active, _status: &Status) {}
+
+    fn lost(&mut self) {
+        self.hub.upstream_lost();
     }
 }
 

@@ -119,6 +119,7 @@ impl WatchService {
             commands: receiver,
             registry: self.hubs.clone(),
             version_known: false,
+            token: None,
         };
         let _ = commands.send(Command::Open {
             stream,
