@@ -31,7 +31,7 @@ use tonic::{Request, Status, Streaming};
 
 use crate::metrics::Metrics;
 use crate::otel::span::OpenSpan;
-use crate::upstream::supervisor::{self, Ended, Ready, Supervised};
+use crate::upstream::supervisor::{self, CHECK_EVERY, Ended, RENEWAL_TIMEOUT, Ready, Supervised};
 use crate::upstream::{Active, Upstream};
 
 use super::refusal;
@@ -177,7 +177,7 @@ impl Stream<'_> {
         metrics.lease_upstream_streams.inc();
         let _gauge = scopeguard(|| metrics.lease_upstream_streams.dec());
         let mut requests_open = true;
-        let mut check = tokio::time::interval(supervisor::CHECK_EVERY);
+        let mut check = tokio::time::interval(CHECK_EVERY);
         let moved = upstream.abandoned(pick);
         tokio::pin!(moved);
         loop {
@@ -188,7 +188,7 @@ impl Stream<'_> {
                 biased;
                 () = &mut moved => return StreamEnd::Moved,
                 _ = check.tick() => {
-                    if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > supervisor::RENEWAL_TIMEOUT) {
+                    if oldest_in_flight(leases).is_some_and(|sent| sent.elapsed() > RENEWAL_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a lease renewal in time"));
                     }
                 }
@@ -261,7 +261,7 @@ async fn renew_alone(
             .await?
             .ok_or_else(|| Status::unavailable("upstream keep-alive stream ended"))
     };
-    tokio::time::timeout(supervisor::RENEWAL_TIMEOUT, renewal)
+    tokio::time::timeout(RENEWAL_TIMEOUT, renewal)
         .await
         .unwrap_or_else(|_| {
             Err(Status::unavailable(

@@ -21,7 +21,9 @@ use super::hub::{Hub, StreamId, StreamSink};
 use crate::error;
 use crate::otel::span::OpenSpan;
 use crate::upstream::identity::Identity;
-use crate::upstream::supervisor::{self, Ended, Ready, Supervised};
+use crate::upstream::supervisor::{
+    self, CHECK_EVERY, Ended, Ready, Supervised, WATCH_ANSWER_TIMEOUT, WATCH_PROBE_AFTER_SILENCE,
+};
 use crate::upstream::{Active, Upstream};
 
 /// What client streams ask of their hub.
@@ -62,10 +64,10 @@ pub enum Command {
 /// the proxy's own identity every caller shares the hub under `None`.
 pub type Registry = Arc<Mutex<BTreeMap<Option<String>, mpsc::UnboundedSender<Command>>>>;
 
-/// How many ticks of [`supervisor::CHECK_EVERY`] must find a progress request for clients unanswered before it is sent again
-/// (see [`Hub::resend_progress`]): one, so within half a second. etcd syncs a new watcher within 100 ms, so the
-/// second request is answered, well within the wait of a linearizable read from the range cache (1 s); a request
-/// answered after all only costs etcd a second answer.
+/// How many ticks of [`CHECK_EVERY`] must find a progress request for clients unanswered before it is
+/// sent again (see [`Hub::resend_progress`]): one, so within half a second. etcd syncs a new watcher within 100 ms,
+/// so the second request is answered, well within the wait of a linearizable read from the range cache (1 s); a
+/// request answered after all only costs etcd a second answer.
 const PROGRESS_RESEND_TICKS: u32 = 1;
 /// How long after sending a progress request etcd may have dropped for a watcher not yet synced (see
 /// [`Hub::progress_maybe_dropped`]) the actor sends it again: etcd's resync period, and a little for its sync to run.
@@ -242,7 +244,7 @@ impl Actor {
         let opening = client.watch(request);
         tokio::pin!(opening);
         let mut responses: Option<Streaming<WatchResponse>> = None;
-        let mut check = tokio::time::interval(supervisor::CHECK_EVERY);
+        let mut check = tokio::time::interval(CHECK_EVERY);
         let mut last_heard = Instant::now();
         let mut probe_sent: Option<Instant> = None;
         // Ticks that found a progress request unanswered, in a row.
@@ -271,7 +273,7 @@ impl Actor {
                 }
                 () = &mut moved => return StreamEnd::Moved,
                 _ = check.tick() => {
-                    if creates.overdue(self.hub.create_progress(), Instant::now(), supervisor::WATCH_ANSWER_TIMEOUT) {
+                    if creates.overdue(self.hub.create_progress(), Instant::now(), WATCH_ANSWER_TIMEOUT) {
                         return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch create in time"));
                     }
                     progress_unanswered = if self.hub.progress_in_flight() { progress_unanswered + 1 } else { 0 };
@@ -282,10 +284,10 @@ impl Actor {
                         }
                     }
                     if let Some(sent) = probe_sent {
-                        if sent.elapsed() > supervisor::WATCH_ANSWER_TIMEOUT {
+                        if sent.elapsed() > WATCH_ANSWER_TIMEOUT {
                             return StreamEnd::Failed(Status::unavailable("etcd did not answer a watch progress request in time"));
                         }
-                    } else if last_heard.elapsed() > supervisor::WATCH_PROBE_AFTER_SILENCE && self.hub.liveness_probe() {
+                    } else if last_heard.elapsed() > WATCH_PROBE_AFTER_SILENCE && self.hub.liveness_probe() {
                         probe_sent = Some(Instant::now());
                         self.flush(&tx);
                     }
