@@ -229,7 +229,7 @@ impl FaultPlan {
                     ));
                 }
                 "jitter" => {
-                    let jitter = Duration::from_millis(rng.random_range(1..=30));
+                    let jitter = Duration::from_millis(rng.random_range(1..=MAX_JITTER_MS));
                     faults.push(at(now, Fault::Jitter(jitter)));
                     faults.push(at(until, Fault::Jitter(DEFAULT_JITTER)));
                 }
@@ -335,6 +335,11 @@ fn impaired_at(faults: &[Scheduled], member: usize, t: Duration) -> bool {
 
 /// The smallest latency of any message.
 pub const MIN_LATENCY: Duration = Duration::from_micros(100);
+
+/// The largest jitter a `Fault::Jitter` sets on the links, in milliseconds: two messages sent together arrive at
+/// most this far apart.
+pub const MAX_JITTER_MS: u64 = 30;
+pub const MAX_JITTER: Duration = Duration::from_millis(MAX_JITTER_MS);
 
 /// The largest random latency of a link when no fault changed it.
 pub const DEFAULT_JITTER: Duration = Duration::from_millis(5);

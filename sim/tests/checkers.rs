@@ -698,6 +698,25 @@ fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
         check_leases(&resumed, &[lease_client(None)], 1, secs(8.0)).len(),
         1
     );
+    // A stream opened as a failover moved the proxy to another member (seeds lease-scale 30557 and 31088): its
+    // member saw it open as the next member saw the new stream open, and close within the links' jitter, so it
+    // was not in use beside it. One closed later than that was; so was the same pair on one member.
+    let mut handover = lease_history(None, &[(0.0, 1.0), (2.19, 2.199), (2.19, 5.0)]);
+    handover.streams[1].closed_at = Some(secs(2.199));
+    handover.streams[2].member = 1;
+    assert!(check_leases(&handover, &[lease_client(None)], 1, secs(8.0)).is_empty());
+    handover.streams[2].member = 0;
+    assert_eq!(
+        check_leases(&handover, &[lease_client(None)], 1, secs(8.0)).len(),
+        1
+    );
+    handover.streams[2].member = 1;
+    handover.streams[1].closed_at =
+        Some(secs(2.19) + sim::fault::MAX_JITTER + Duration::from_millis(1));
+    assert_eq!(
+        check_leases(&handover, &[lease_client(None)], 1, secs(8.0)).len(),
+        1
+    );
     // A stream a proxy instance sent just before it was restarted, which reached the member (on the instance's
     // connection, accepted earlier) after the restart, beside the new instance's stream: not in use by the proxy.
     // The same stream on a connection accepted after the restart was the new instance's: a second stream.
