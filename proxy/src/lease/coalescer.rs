@@ -12,9 +12,9 @@
 //! - Each client stream reads its answers in the order of its requests, whatever their leases, as from etcd; once
 //!   an error ends a client stream, nothing more of it is read or renewed ([`super::replies`]).
 //! - When the upstream stream fails, it is re-opened (on the next endpoint, after failover: [`supervisor`]) and every
-//!   renewal not yet answered is sent again; clients see only a later answer, never an error, while an endpoint is
-//!   up. A request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody
-//!   keeps.
+//!   renewal not yet answered is settled there: answered from etcd's LeaseTimeToLive if etcd performed it, sent
+//!   again if not ([`super::confirm`]); clients see only a later answer, never an error, while an endpoint is up. A
+//!   request whose client stream has ended meanwhile is dropped, not sent: it would renew a lease nobody keeps.
 //! - When etcd refuses a renewal (a lease whose keys the token may not write), only the client streams of the leases
 //!   it refuses end with its error ([`super::refusal`]).
 
@@ -23,22 +23,27 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use proto::etcdserverpb::lease_client::LeaseClient;
-use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use proto::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status, Streaming};
 
 use crate::metrics::Metrics;
 use crate::otel::span::OpenSpan;
-use crate::upstream::supervisor::{self, CHECK_EVERY, Ended, RENEWAL_TIMEOUT, Ready, Supervised};
+use crate::upstream::supervisor::{
+    self, CHECK_EVERY, Ended, LOOKUP_TIMEOUT, RENEWAL_TIMEOUT, Ready, Supervised,
+};
 use crate::upstream::{Active, Upstream};
 
-use super::refusal;
 use super::renewals::{
     LeaseRenewals, Renew, deliver, fail_all, fail_leader_requirers, forget_departed,
-    oldest_in_flight, queue, requeue_unanswered, send_queued,
+    oldest_in_flight, queue, send_queued, unsettle_unanswered,
 };
+use super::{confirm, refusal};
 
 /// Requests taken from the queue in one go (bounds the work between two looks at the upstream stream).
 const DRAIN_BATCH: usize = 4096;
@@ -73,7 +78,7 @@ impl Supervised for Coalescer {
     const KIND: &'static str = "keep-alive";
 
     async fn ready(&mut self) -> Ready {
-        requeue_unanswered(&mut self.leases);
+        unsettle_unanswered(&mut self.leases);
         forget_departed(&mut self.leases);
         // Open the upstream stream only when there is something to renew.
         if self.leases.is_empty() {
@@ -86,6 +91,16 @@ impl Supervised for Coalescer {
     }
 
     async fn serve(&mut self, pick: &Active, span: &mut Option<OpenSpan>) -> Ended {
+        let (upstream, token) = (&self.upstream, self.token.as_ref());
+        let confirming = confirm::confirm_all(&mut self.leases, LOOKUP_TIMEOUT, |id| {
+            look_up(upstream, pick, token, id)
+        });
+        tokio::select! {
+            // A move abandons the lookups; what they were for is settled on the next endpoint.
+            biased;
+            () = upstream.abandoned(pick) => return Ended::Reopen,
+            () = confirming => {}
+        }
         let stream = Stream {
             upstream: &self.upstream,
             metrics: &self.metrics,
@@ -169,7 +184,7 @@ impl Stream<'_> {
         );
         let mut client = LeaseClient::new(pick.channel.clone())
             .max_decoding_message_size(upstream.max_recv_bytes);
-        send_queued(leases, &tx, metrics);
+        send_queued(leases, &tx, metrics, Instant::now());
         let opening = client.lease_keep_alive(request);
         tokio::pin!(opening);
         let mut answers: Option<Streaming<LeaseKeepAliveResponse>> = None;
@@ -216,7 +231,7 @@ impl Stream<'_> {
                                 Err(_) => break,
                             }
                         }
-                        send_queued(leases, &tx, metrics);
+                        send_queued(leases, &tx, metrics, Instant::now());
                     }
                     None => requests_open = false,
                 },
@@ -268,6 +283,27 @@ async fn renew_alone(
                 "etcd did not answer a lease renewal in time",
             ))
         })
+}
+
+/// LeaseTimeToLive of lease `id` at the `pick` endpoint, as the caller with `token`.
+async fn look_up(
+    upstream: &Upstream,
+    pick: &Active,
+    token: Option<&MetadataValue<Ascii>>,
+    id: i64,
+) -> Result<LeaseTimeToLiveResponse, Status> {
+    let mut request = Request::new(LeaseTimeToLiveRequest { id, keys: false });
+    if let Some(token) = token {
+        request.metadata_mut().insert("token", token.clone());
+    }
+    let mut client =
+        LeaseClient::new(pick.channel.clone()).max_decoding_message_size(upstream.max_recv_bytes);
+    match tokio::time::timeout(LOOKUP_TIMEOUT, client.lease_time_to_live(request)).await {
+        Ok(answer) => answer.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::unavailable(
+            "etcd did not answer LeaseTimeToLive in time",
+        )),
+    }
 }
 
 /// Runs `f` when dropped.

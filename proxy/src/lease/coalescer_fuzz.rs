@@ -2,32 +2,40 @@
 //! closing, keep-alive requests for a few leases with and without `hasleader`, slow readers whose permits run out)
 //! and of the upstream side (the coalescer taking requests and sending renewals, etcd performing them in order on a
 //! lease table with a clock the property moves, answers read, the stream ending for a broken connection, a lost
-//! leader, an error from etcd or a move to another endpoint). The driver plays `run` and `serve_stream` step by
-//! step with the coalescer's own state functions, without sockets; every answer a client reads is checked against
-//! what etcd did.
+//! leader, an error from etcd or a move to another endpoint, after which renewals left unanswered are settled by
+//! etcd's LeaseTimeToLive). The driver plays `run` and `serve_stream` step by step with the coalescer's own state
+//! functions, without sockets; every answer a client reads is checked against what etcd did.
 //!
 //! The property runs `FUZZ_CASES` cases (default 1000) from `FUZZ_SEED` (default 0), as `watch/hub_fuzz.rs` does;
 //! a failure prints the seed, and `ci/fuzz.sh` varies it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use proptest::prelude::*;
-use proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse, ResponseHeader};
+use proto::etcdserverpb::{
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseTimeToLiveResponse, ResponseHeader,
+};
 use testkit::fuzz::check;
 use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
 use tonic::Status;
 
 use crate::error;
+use crate::lease::confirm::{settle as settle_unanswered, to_confirm};
 use crate::lease::renewals::{
     LeaseRenewals, Renew, Waiter, deliver, fail_all, fail_leader_requirers, forget_departed, queue,
-    requeue_unanswered, send_queued,
+    send_queued, unsettle_unanswered,
 };
 use crate::lease::replies::{Answer, Replies};
 use crate::metrics::Metrics;
 use crate::upstream::NO_LEADER;
 
 const CLUSTER: u64 = 77;
+/// The member ID in the header of etcd's answers to LeaseTimeToLive (renewals' answers carry member 1), so that the
+/// checker can tell an answer taken from a lookup.
+const LOOKUP_MEMBER: u64 = 2;
 /// Client streams open at once.
 const SLOTS: usize = 3;
 /// Leases 1 to 3 are granted at the start; 4 never is (etcd answers it TTL 0, as any unknown lease).
@@ -48,6 +56,23 @@ fn header(serial: usize) -> Option<ResponseHeader> {
         revision: serial as i64,
         raft_term: 2,
     })
+}
+
+/// The header of etcd's answer to lookup `serial` (LeaseTimeToLive), told apart by its member.
+fn lookup_header(serial: usize) -> Option<ResponseHeader> {
+    Some(ResponseHeader {
+        member_id: LOOKUP_MEMBER,
+        ..header(serial).expect("a header")
+    })
+}
+
+/// One LeaseTimeToLive etcd answered: what it found of the lease, at which second.
+#[derive(Clone, Copy, Debug)]
+struct Lookup {
+    lease: i64,
+    at: u64,
+    /// The lease's granted TTL and the first second at which it is expired; `None`: etcd had no such lease.
+    found: Option<Granted>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +103,8 @@ struct Etcd {
     inbox: VecDeque<usize>,
     /// etcd's answers on the current stream that the coalescer has not read yet.
     outbox: VecDeque<LeaseKeepAliveResponse>,
+    /// Every LeaseTimeToLive answered, by serial number.
+    lookups: Vec<Lookup>,
 }
 
 impl Etcd {
@@ -126,6 +153,32 @@ impl Etcd {
         self.outbox.push_back(answer);
     }
 
+    /// LeaseTimeToLive, as etcd answers it: seconds left, or -1 for a lease it does not have (an expired one is
+    /// revoked first, as etcd's lessor does).
+    fn look_up(&mut self, lease: i64) -> LeaseTimeToLiveResponse {
+        if self
+            .leases
+            .get(&lease)
+            .is_some_and(|g| self.now >= g.expires)
+        {
+            self.leases.remove(&lease);
+        }
+        let found = self.leases.get(&lease).copied();
+        let serial = self.lookups.len();
+        self.lookups.push(Lookup {
+            lease,
+            at: self.now,
+            found,
+        });
+        LeaseTimeToLiveResponse {
+            header: lookup_header(serial),
+            id: lease,
+            ttl: found.map_or(-1, |g| (g.expires - self.now) as i64),
+            granted_ttl: found.map_or(0, |g| g.ttl),
+            keys: Vec::new(),
+        }
+    }
+
     /// The stream is gone, with what was on it either way.
     fn stream_lost(&mut self) {
         self.inbox.clear();
@@ -142,6 +195,8 @@ struct Asked {
     lease: i64,
     /// When the proxy read it.
     arrived: u64,
+    /// etcd's second when the proxy read it.
+    arrived_secs: u64,
     /// The coalescer has taken it from its queue.
     taken: bool,
 }
@@ -158,10 +213,11 @@ struct Observer {
 }
 
 impl Observer {
-    fn asked(&mut self, lease: i64, arrived: u64) {
+    fn asked(&mut self, lease: i64, arrived: u64, arrived_secs: u64) {
         self.pending.push_back(Asked {
             lease,
             arrived,
+            arrived_secs,
             taken: false,
         });
     }
@@ -221,6 +277,9 @@ impl Observer {
                 "an answer for {asked:?}, which the coalescer never took"
             ));
         }
+        if answer.header.is_some_and(|h| h.member_id == LOOKUP_MEMBER) {
+            return from_lookup(etcd, &asked, answer);
+        }
         let serial = answer.header.map_or(-1, |h| h.revision);
         let Some(renewal) = usize::try_from(serial)
             .ok()
@@ -253,6 +312,48 @@ impl Observer {
         }
         Ok(())
     }
+}
+
+/// An answer taken from etcd's LeaseTimeToLive instead of a renewal (after a stream lost a renewal's answer) is
+/// what a renewal would have answered: TTL 0 for a lease etcd did not have, or else the seconds etcd reported
+/// left, at least one, of a lease that then lived at least its TTL past the request's arrival (as a renewal when it
+/// arrived would have made it).
+fn from_lookup(etcd: &Etcd, asked: &Asked, answer: &LeaseKeepAliveResponse) -> Result<(), String> {
+    let serial = answer.header.map_or(-1, |h| h.revision);
+    let Some(lookup) = usize::try_from(serial)
+        .ok()
+        .and_then(|s| etcd.lookups.get(s))
+    else {
+        return Err(format!("an answer from no lookup made: {answer:?}"));
+    };
+    if lookup.lease != answer.id {
+        return Err(format!(
+            "lookup {serial} was of lease {}: {answer:?}",
+            lookup.lease
+        ));
+    }
+    let Some(granted) = lookup.found else {
+        return match answer.ttl {
+            0 => Ok(()),
+            ttl => Err(format!(
+                "TTL {ttl} for a lease etcd no longer had (lookup {serial})"
+            )),
+        };
+    };
+    let left = granted.expires - lookup.at;
+    if answer.ttl != left as i64 || left < 1 {
+        return Err(format!(
+            "TTL {} from lookup {serial}, which found {left} s left",
+            answer.ttl
+        ));
+    }
+    if granted.expires < asked.arrived_secs + granted.ttl as u64 {
+        return Err(format!(
+            "lease {} expires at {}, sooner than a renewal at the request's arrival ({}) would make it: {answer:?}",
+            answer.id, granted.expires, asked.arrived_secs
+        ));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -429,6 +530,8 @@ struct World {
     next_stream: u64,
     /// Orders arrivals and sends.
     clock: u64,
+    /// The instant of etcd's second 0.
+    start: Instant,
 }
 
 impl World {
@@ -446,6 +549,7 @@ impl World {
             clients: [None, None, None],
             next_stream: 1,
             clock: 0,
+            start: Instant::now(),
         };
         for (slot, client) in setup.clients.iter().enumerate() {
             if let Some((requires_leader, slow)) = *client {
@@ -507,7 +611,7 @@ impl World {
                 return;
             };
             client.blocked.pop_front();
-            client.observer.asked(lease, arrived);
+            client.observer.asked(lease, arrived, self.etcd.now);
             let renew = Renew {
                 lease_id: lease,
                 waiter: Waiter {
@@ -570,10 +674,10 @@ impl World {
         true
     }
 
-    /// The top of `run`'s loop: unanswered renewals are queued again, then a stream opens if there is anything
+    /// The top of `run`'s loop: unanswered renewals are unsettled, then a stream opens if there is anything
     /// to renew.
     fn restart(&mut self) -> Result<(), TestCaseError> {
-        requeue_unanswered(&mut self.leases);
+        unsettle_unanswered(&mut self.leases);
         forget_departed(&mut self.leases);
         if self.leases.is_empty() && !self.take_one() {
             self.actor = Actor::Idle;
@@ -582,20 +686,32 @@ impl World {
         self.open_stream()
     }
 
-    /// `serve_stream` opens a stream and sends what is queued.
+    /// The coalescer's `serve`: unsettled renewals are settled by LeaseTimeToLive, then a stream opens and what is
+    /// queued is sent.
     fn open_stream(&mut self) -> Result<(), TestCaseError> {
+        let asked = self.instant();
+        for lease in to_confirm(&self.leases) {
+            let looked_up = self.etcd.look_up(lease);
+            settle_unanswered(&mut self.leases, lease, Ok(looked_up), asked);
+        }
         let (tx, upstream) = mpsc::unbounded_channel();
         self.actor = Actor::Serving { tx, upstream };
         self.etcd.stream_lost();
         self.send()
     }
 
+    /// etcd's clock as the coalescer's: its sends and lookups are timed on it.
+    fn instant(&self) -> Instant {
+        self.start + Duration::from_secs(self.etcd.now)
+    }
+
     /// `send_queued`, then etcd receives what was sent: only renewals some client stream still waits for.
     fn send(&mut self) -> Result<(), TestCaseError> {
+        let at = self.instant();
         let Actor::Serving { tx, upstream } = &mut self.actor else {
             return Ok(());
         };
-        send_queued(&mut self.leases, tx, &self.metrics);
+        send_queued(&mut self.leases, tx, &self.metrics, at);
         let mut sent = Vec::new();
         while let Ok(request) = upstream.try_recv() {
             sent.push(request.id);
@@ -799,9 +915,9 @@ fn asked_twice() -> (Etcd, Observer, [LeaseKeepAliveResponse; 2]) {
     let mut etcd = Etcd::default();
     etcd.grant(1, 10);
     let mut observer = Observer::default();
-    observer.asked(1, 1);
+    observer.asked(1, 1, 0);
     etcd.sent(1, 2);
-    observer.asked(1, 3);
+    observer.asked(1, 3, 0);
     etcd.sent(1, 4);
     etcd.perform();
     etcd.perform();
@@ -855,8 +971,8 @@ fn the_checker_rejects_answers_in_the_wrong_order() {
     etcd.grant(1, 10);
     etcd.grant(2, 10);
     let mut observer = Observer::default();
-    observer.asked(2, 1);
-    observer.asked(1, 2);
+    observer.asked(2, 1, 0);
+    observer.asked(1, 2, 0);
     for asked in &mut observer.pending {
         asked.taken = true;
     }
@@ -890,7 +1006,7 @@ fn the_checker_rejects_a_ttl_etcd_did_not_give() {
     let (mut etcd, mut observer, _) = asked_twice();
     etcd.leases.remove(&1);
     etcd.sent(1, 5);
-    observer.asked(1, 4);
+    observer.asked(1, 4, 0);
     observer.pending[2].taken = true;
     etcd.perform();
     let revoked = etcd.outbox[2];
@@ -901,6 +1017,53 @@ fn the_checker_rejects_a_ttl_etcd_did_not_give() {
         .observe(&etcd, &Ok(LeaseKeepAliveResponse { ttl: 10, ..revoked }))
         .unwrap_err();
     assert!(err.contains("not etcd's answer"), "{err}");
+}
+
+/// Lease 1 (TTL 10) renewed at second 0 for a request that arrived at second `arrived_secs`, and looked up at
+/// second 2 after the renewal's answer was lost.
+fn looked_up_after(arrived_secs: u64) -> (Etcd, Observer, LeaseKeepAliveResponse) {
+    let mut etcd = Etcd::default();
+    etcd.grant(1, 10);
+    let mut observer = Observer::default();
+    observer.asked(1, 1, arrived_secs);
+    observer.pending[0].taken = true;
+    etcd.now = 2;
+    let looked_up = etcd.look_up(1);
+    let answer = LeaseKeepAliveResponse {
+        header: looked_up.header,
+        id: 1,
+        ttl: looked_up.ttl,
+    };
+    (etcd, observer, answer)
+}
+
+#[test]
+fn the_checker_accepts_a_lookup_only_for_a_lease_living_as_a_renewal_at_arrival_would_make_it() {
+    let (etcd, mut observer, answer) = looked_up_after(0);
+    assert_eq!(answer.ttl, 8);
+    observer.observe(&etcd, &Ok(answer)).unwrap();
+    observer.settled().unwrap();
+    // The request arrived at second 1, after the renewal: it would have lived to 11.
+    let (etcd, mut observer, answer) = looked_up_after(1);
+    let err = observer.observe(&etcd, &Ok(answer)).unwrap_err();
+    assert!(err.contains("sooner than a renewal"), "{err}");
+    let (etcd, mut observer, answer) = looked_up_after(0);
+    let err = observer
+        .observe(&etcd, &Ok(LeaseKeepAliveResponse { ttl: 10, ..answer }))
+        .unwrap_err();
+    assert!(err.contains("found 8 s left"), "{err}");
+    // A lease etcd no longer had: TTL 0, as a renewal answers.
+    let (mut etcd, mut observer, answer) = looked_up_after(0);
+    etcd.leases.clear();
+    let gone = etcd.look_up(1);
+    assert_eq!(gone.ttl, -1);
+    let gone = LeaseKeepAliveResponse {
+        header: gone.header,
+        ttl: 1,
+        ..answer
+    };
+    let err = observer.observe(&etcd, &Ok(gone)).unwrap_err();
+    assert!(err.contains("no longer had"), "{err}");
 }
 
 #[test]
@@ -971,4 +1134,59 @@ fn nothing_is_renewed_for_a_stream_already_told_there_is_no_leader() {
     for op in &ops {
         world.step(op).unwrap();
     }
+}
+
+/// A renewal that etcd performed but whose answer the broken stream lost was sent again on the next stream: one
+/// request renewed its lease twice, and a client that stopped after it saw its lease outlive the stop by the
+/// failover's length (simulation seeds fleet 8538 and 11426). Now etcd's LeaseTimeToLive settles it: the lease
+/// lives as long as that renewal made it, so the request is answered from there and nothing is renewed again.
+#[test]
+fn a_renewal_whose_answer_was_lost_is_not_performed_twice() {
+    let mut world = one_client(false, None);
+    let ops = [
+        Op::Request { slot: 0, lease: 1 },
+        Op::Take { n: 1 },
+        Op::Handle { n: 1 },
+        Op::End(End::Broken),
+        Op::Tick { secs: 1 },
+        Op::Reopen,
+    ];
+    for op in &ops {
+        world.step(op).unwrap();
+    }
+    world.settle().unwrap();
+    assert_eq!(world.etcd.renewals.len(), 1, "renewed once");
+    assert_eq!(world.etcd.lookups.len(), 1, "and looked up once");
+    world.clients[0]
+        .as_ref()
+        .unwrap()
+        .observer
+        .settled()
+        .unwrap();
+}
+
+/// The same when etcd never got the renewal: the lookup finds the lease short of it, so it is renewed.
+#[test]
+fn a_renewal_that_never_reached_etcd_is_sent_again() {
+    let mut world = one_client(false, None);
+    let ops = [
+        Op::Tick { secs: 2 },
+        Op::Request { slot: 0, lease: 1 },
+        Op::Take { n: 1 },
+        Op::End(End::Broken),
+        Op::Reopen,
+    ];
+    for op in &ops {
+        world.step(op).unwrap();
+    }
+    world.settle().unwrap();
+    assert_eq!(world.etcd.lookups.len(), 1);
+    assert_eq!(world.etcd.renewals.len(), 2, "sent, lost, and sent again");
+    assert!(world.etcd.renewals[1].answer.is_some());
+    world.clients[0]
+        .as_ref()
+        .unwrap()
+        .observer
+        .settled()
+        .unwrap();
 }

@@ -5,11 +5,13 @@
 //! One upstream stream per token, because etcd checks each renewal's token (from 3.5.30: none is "user name is
 //! empty", and a user may renew only a lease whose keys it may write): a renewal sent with another caller's token,
 //! or with none, would be answered as that caller, not as this one. Without auth no caller has a token and every
-//! renewal shares one stream. etcd ends a stream when it refuses one renewal; [`refusal`] finds whose it was.
+//! renewal shares one stream. etcd ends a stream when it refuses one renewal; [`refusal`] finds whose it was. A
+//! renewal whose answer a broken stream lost is not simply sent again: [`confirm`] asks etcd whether it was performed.
 //! [`renewals`] holds what each coalescer owes, lease by lease; [`replies`] puts each client stream's answers back in
 //! the order of its requests, and ends it at its first error.
 
 pub mod coalescer;
+mod confirm;
 mod refusal;
 pub mod renewals;
 pub mod replies;

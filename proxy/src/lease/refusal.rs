@@ -100,6 +100,7 @@ mod tests {
     use proto::etcdserverpb::LeaseKeepAliveRequest;
     use std::sync::Arc;
     use tokio::sync::{Semaphore, mpsc};
+    use tokio::time::Instant;
 
     /// A client stream: where its answers arrive.
     struct Client {
@@ -156,7 +157,7 @@ mod tests {
         for renew in sent {
             queue(&mut leases, renew);
         }
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         for renew in queued {
             queue(&mut leases, renew);
         }

@@ -40,11 +40,15 @@ pub struct Renew {
     pub waiter: Waiter,
 }
 
-/// Renewals of one lease: requests waiting for the next send, and batches sent but not yet answered.
+/// Renewals of one lease: requests waiting for the next send, batches sent but not yet answered, and requests whose
+/// renewal was sent on a stream that ended before answering.
 #[derive(Default)]
 pub struct LeaseRenewals {
     pub(super) queued: Vec<Waiter>,
     pub(super) in_flight: VecDeque<(Instant, Vec<Waiter>)>,
+    /// Sent on a stream that ended unanswered: etcd may have renewed the lease for them or not
+    /// ([`super::confirm`] asks it). The instant is the latest of those sends.
+    pub(super) unsettled: Option<(Instant, Vec<Waiter>)>,
 }
 
 impl LeaseRenewals {
@@ -57,22 +61,27 @@ impl LeaseRenewals {
         self.queued
             .into_iter()
             .chain(self.in_flight.into_iter().flat_map(|(_, batch)| batch))
+            .chain(self.unsettled.into_iter().flat_map(|(_, waiters)| waiters))
     }
 
     pub fn is_idle(&self) -> bool {
-        self.queued.is_empty() && self.in_flight.is_empty()
+        self.queued.is_empty() && self.in_flight.is_empty() && self.unsettled.is_none()
     }
 }
 
-/// Renewals sent on a stream that ended have an unknown outcome: queue their requests to be sent again.
-pub fn requeue_unanswered(leases: &mut BTreeMap<i64, LeaseRenewals>) {
+/// Renewals sent on a stream that ended unanswered have an unknown outcome: their requests are unsettled until
+/// etcd says whether the lease needs renewing for them ([`super::confirm`]), or another request of their lease is
+/// sent (they share its renewal).
+pub fn unsettle_unanswered(leases: &mut BTreeMap<i64, LeaseRenewals>) {
     for renewals in leases.values_mut() {
-        let unanswered: Vec<Waiter> = renewals
-            .in_flight
-            .drain(..)
-            .flat_map(|(_, batch)| batch)
-            .collect();
-        renewals.queued.splice(0..0, unanswered);
+        let Some(&(latest, _)) = renewals.in_flight.back() else {
+            continue;
+        };
+        let (since, waiters) = renewals
+            .unsettled
+            .get_or_insert_with(|| (latest, Vec::new()));
+        *since = (*since).max(latest);
+        waiters.extend(renewals.in_flight.drain(..).flat_map(|(_, batch)| batch));
     }
 }
 
@@ -94,25 +103,41 @@ pub fn queue(leases: &mut BTreeMap<i64, LeaseRenewals>, renew: Renew) {
 pub fn forget_departed(leases: &mut BTreeMap<i64, LeaseRenewals>) {
     for renewals in leases.values_mut() {
         renewals.queued.retain(|waiter| !waiter.is_abandoned());
+        if let Some((_, waiters)) = &mut renewals.unsettled {
+            waiters.retain(|waiter| !waiter.is_abandoned());
+            if waiters.is_empty() {
+                renewals.unsettled = None;
+            }
+        }
     }
     leases.retain(|_, renewals| !renewals.is_idle());
 }
 
-/// Sends one renewal per lease with queued requests from client streams still open.
+/// Sends, at `now`, one renewal per lease with queued requests from client streams still open; the lease's
+/// unsettled requests share it (it is performed after they arrived). A lease with only unsettled requests waits
+/// for [`super::confirm`].
 pub fn send_queued(
     leases: &mut BTreeMap<i64, LeaseRenewals>,
     tx: &mpsc::UnboundedSender<LeaseKeepAliveRequest>,
     metrics: &Metrics,
+    now: Instant,
 ) {
     forget_departed(leases);
     for (&id, renewals) in leases.iter_mut() {
         if renewals.queued.is_empty() {
             continue;
         }
-        let batch = std::mem::take(&mut renewals.queued);
+        let mut batch = std::mem::take(&mut renewals.queued);
+        batch.extend(
+            renewals
+                .unsettled
+                .take()
+                .into_iter()
+                .flat_map(|(_, waiters)| waiters),
+        );
         metrics.lease_renewals_forwarded.inc();
         metrics.lease_renewals_shared.inc_by(batch.len() as u64 - 1);
-        renewals.in_flight.push_back((Instant::now(), batch));
+        renewals.in_flight.push_back((now, batch));
         // If the stream is gone the batch stays in flight and is re-sent on the next stream.
         let _ = tx.send(LeaseKeepAliveRequest { id });
     }
@@ -144,24 +169,31 @@ pub fn fail_all(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
 
 pub fn fail_leader_requirers(leases: &mut BTreeMap<i64, LeaseRenewals>, status: &Status) {
     for renewals in leases.values_mut() {
-        let waiters = std::mem::take(&mut renewals.queued);
-        let (failed, kept): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.requires_leader);
-        renewals.queued = kept;
+        let mut failed = take_leader_requirers(&mut renewals.queued);
         for (_, batch) in renewals.in_flight.iter_mut() {
-            let (batch_failed, batch_kept): (Vec<_>, Vec<_>) = std::mem::take(batch)
-                .into_iter()
-                .partition(|w| w.requires_leader);
-            *batch = batch_kept;
-            for waiter in batch_failed {
-                waiter.answer(Err(Status::unavailable(status.message())));
-            }
+            failed.extend(take_leader_requirers(batch));
         }
         renewals.in_flight.retain(|(_, batch)| !batch.is_empty());
+        if let Some((_, waiters)) = &mut renewals.unsettled {
+            failed.extend(take_leader_requirers(waiters));
+            if waiters.is_empty() {
+                renewals.unsettled = None;
+            }
+        }
         for waiter in failed {
             waiter.answer(Err(Status::unavailable(status.message())));
         }
     }
     leases.retain(|_, renewals| !renewals.is_idle());
+}
+
+/// Takes the requests of client streams that require a leader out of `waiters`.
+fn take_leader_requirers(waiters: &mut Vec<Waiter>) -> Vec<Waiter> {
+    let (failed, kept) = std::mem::take(waiters)
+        .into_iter()
+        .partition(|waiter| waiter.requires_leader);
+    *waiters = kept;
+    failed
 }
 
 pub fn oldest_in_flight(leases: &BTreeMap<i64, LeaseRenewals>) -> Option<Instant> {
@@ -248,7 +280,7 @@ mod tests {
         let mut leases = BTreeMap::new();
         queue(&mut leases, a.renew(7));
         queue(&mut leases, b.renew(7));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         assert_eq!(sent(&mut upstream), vec![7], "one renewal for two requests");
         deliver(&mut leases, answer(7, 30));
         assert_eq!((a.ttls(), b.ttls()), (vec![Ok(30)], vec![Ok(30)]));
@@ -263,9 +295,9 @@ mod tests {
         let (mut early, mut late) = (Client::new(false), Client::new(false));
         let mut leases = BTreeMap::new();
         queue(&mut leases, early.renew(7));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         queue(&mut leases, late.renew(7));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         assert_eq!(sent(&mut upstream), vec![7, 7]);
         deliver(&mut leases, answer(7, 29));
         assert_eq!(
@@ -284,7 +316,7 @@ mod tests {
         let mut leases = BTreeMap::new();
         queue(&mut leases, a.renew(1));
         queue(&mut leases, b.renew(2));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         assert_eq!(sent(&mut upstream), vec![1, 2]);
         deliver(&mut leases, answer(2, 0));
         deliver(&mut leases, answer(1, 10));
@@ -293,18 +325,32 @@ mod tests {
         assert!(leases.is_empty(), "an answer nobody waits for is dropped");
     }
 
+    /// etcd could not say whether the unanswered renewals of `lease` were performed: they are to be renewed.
+    fn unknown_to_etcd(leases: &mut BTreeMap<i64, LeaseRenewals>, lease: i64) {
+        let unknown = Err(Status::unavailable("no answer"));
+        crate::lease::confirm::settle(leases, lease, unknown, Instant::now());
+    }
+
     #[tokio::test]
-    async fn unanswered_renewals_are_sent_once_more_on_the_next_stream() {
+    async fn unanswered_renewals_wait_for_etcd_to_say_whether_they_were_performed_then_share_one_renewal()
+     {
         let (metrics, (tx, mut upstream)) = (metrics(), mpsc::unbounded_channel());
         let mut a = Client::new(false);
         let mut leases = BTreeMap::new();
         queue(&mut leases, a.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         queue(&mut leases, a.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         assert_eq!(sent(&mut upstream), vec![1, 1]);
-        requeue_unanswered(&mut leases);
-        send_queued(&mut leases, &tx, &metrics);
+        unsettle_unanswered(&mut leases);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
+        assert_eq!(
+            sent(&mut upstream),
+            Vec::<i64>::new(),
+            "not renewed before etcd is asked"
+        );
+        unknown_to_etcd(&mut leases, 1);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         assert_eq!(
             sent(&mut upstream),
             vec![1],
@@ -321,19 +367,22 @@ mod tests {
         let mut leases = BTreeMap::new();
         queue(&mut leases, gone.renew(1));
         queue(&mut leases, staying.renew(2));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         queue(&mut leases, gone.renew(3));
         assert_eq!(sent(&mut upstream), vec![1, 2]);
         // The client stream ends while its renewal is unanswered (the upstream stream broke) and while another of
         // its requests still waits to be sent.
         drop(gone);
-        requeue_unanswered(&mut leases);
-        send_queued(&mut leases, &tx, &metrics);
+        unsettle_unanswered(&mut leases);
+        forget_departed(&mut leases);
         assert_eq!(
-            sent(&mut upstream),
+            crate::lease::confirm::to_confirm(&leases),
             vec![2],
             "a renewal nobody waits for would keep the lease alive after its client stopped"
         );
+        unknown_to_etcd(&mut leases, 2);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
+        assert_eq!(sent(&mut upstream), vec![2]);
         deliver(&mut leases, answer(2, 9));
         assert_eq!(staying.ttls(), vec![Ok(9)]);
         assert!(leases.is_empty(), "nothing is kept for the departed client");
@@ -346,7 +395,7 @@ mod tests {
         let mut leases = BTreeMap::new();
         queue(&mut leases, strict.renew(1));
         queue(&mut leases, relaxed.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         queue(&mut leases, strict.renew(1));
         fail_leader_requirers(&mut leases, &Status::unavailable(NO_LEADER));
         assert_eq!(
@@ -369,7 +418,7 @@ mod tests {
         let mut a = Client::new(false);
         let mut leases = BTreeMap::new();
         queue(&mut leases, a.renew(1));
-        send_queued(&mut leases, &tx, &metrics);
+        send_queued(&mut leases, &tx, &metrics, Instant::now());
         queue(&mut leases, a.renew(2));
         fail_all(
             &mut leases,

@@ -34,6 +34,11 @@ pub const WATCH_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// A lease renewal unanswered this long means the member cannot serve (a partition, a hung member). Shorter than
 /// the Watch bound: a healthy member answers a renewal at once, and a lease may have only a few seconds to live.
 pub const RENEWAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long renewals whose answers were lost wait for etcd to say whether they were performed (LeaseTimeToLive, see
+/// `lease::confirm`) before they are sent again anyway. Short: the lease may be about to expire, and a member whose
+/// answers are lost on their way back may well have renewed what it is sent, which is the one renewal that then keeps
+/// the lease alive. Past this bound the proxy falls back to renewing, as it would with no lookup at all.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_millis(100);
 /// The pause before re-opening a stream after a failure, doubled after each failure up to the maximum.
 pub const REOPEN_BACKOFF_START: Duration = Duration::from_millis(50);
 pub const REOPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
