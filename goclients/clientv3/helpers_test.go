@@ -66,3 +66,29 @@ func getValue(t testing.TB, kv clientv3.KV, key string) (string, bool) {
 	}
 	return string(resp.Kvs[0].Value), true
 }
+
+// waitRenewedPast waits for a keepalive answer more than ttl seconds after `since` (when `what` happened): the lease
+// was renewed after it, or it would have expired and clientv3 would have closed the channel. The deadline is
+// generous (an election on a loaded machine may take seconds): what fails is the channel closing or an answer that
+// says the lease is gone, not the time it takes.
+func waitRenewedPast(t testing.TB, kch <-chan *clientv3.LeaseKeepAliveResponse, since time.Time, ttl int64, what string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case ka, ok := <-kch:
+			if !ok {
+				t.Fatalf("the keepalive channel closed %v after %s", time.Since(since).Round(time.Millisecond), what)
+			}
+			if ka.TTL <= 0 {
+				t.Fatalf("keepalive answer with TTL %d after %s", ka.TTL, what)
+			}
+			if time.Since(since) > time.Duration(ttl)*time.Second {
+				t.Logf("keepalive answer %v after %s: TTL %d", time.Since(since).Round(time.Millisecond), what, ka.TTL)
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no keepalive answer more than %d s after %s, within 30 s", ttl, what)
+		}
+	}
+}
