@@ -118,7 +118,8 @@ fn is_serializable(range: &[u8]) -> bool {
     serializable
 }
 
-fn header_revision(answer: &[u8]) -> Option<i64> {
+/// The revision in an answer's header, read from the wire without decoding the rest of the answer.
+pub fn header_revision(answer: &[u8]) -> Option<i64> {
     let header = wire::fields(answer).find_map(|field| match field {
         Ok((RESPONSE_HEADER, Value::Bytes(header))) => Some(header),
         _ => None,
