@@ -51,6 +51,9 @@ pub struct Metrics {
     pub lease_renewals_forwarded: IntCounter,
     /// Client keep-alive requests answered by a renewal another request triggered.
     pub lease_renewals_shared: IntCounter,
+    /// Client keep-alive requests whose renewal's answer a broken upstream stream lost, answered from etcd's
+    /// LeaseTimeToLive instead of renewing again (`lease::confirm`).
+    pub lease_renewals_confirmed: IntCounter,
     /// Client watchers that share an upstream watcher with another (client watchers minus upstream watchers).
     pub watchers_coalescing: IntGauge,
     /// Events delivered to more than one client watcher from one upstream event (receivers − 1 per response).
@@ -171,6 +174,11 @@ impl Metrics {
             "etcd_grpc_proxy_lease_renewals_shared_total",
             "Client keep-alive requests answered by a renewal that another request triggered.",
         )?;
+        let lease_renewals_confirmed = IntCounter::new(
+            "etcd_grpc_proxy_lease_renewals_confirmed_total",
+            "Client keep-alive requests whose renewal's answer was lost, answered from LeaseTimeToLive instead of \
+             renewing again.",
+        )?;
         let watchers_coalescing = IntGauge::new(
             "etcd_grpc_proxy_watchers_coalescing_total",
             "Client watchers that share an upstream watcher with another client watcher.",
@@ -234,6 +242,7 @@ impl Metrics {
         registry.register(Box::new(lease_upstream_streams.clone()))?;
         registry.register(Box::new(lease_renewals_forwarded.clone()))?;
         registry.register(Box::new(lease_renewals_shared.clone()))?;
+        registry.register(Box::new(lease_renewals_confirmed.clone()))?;
         registry.register(Box::new(watchers_coalescing.clone()))?;
         registry.register(Box::new(watch_events_coalescing.clone()))?;
         registry.register(Box::new(watch_client_watchers.clone()))?;
@@ -266,6 +275,7 @@ impl Metrics {
             lease_upstream_streams,
             lease_renewals_forwarded,
             lease_renewals_shared,
+            lease_renewals_confirmed,
             watchers_coalescing,
             watch_events_coalescing,
             watch_client_watchers,

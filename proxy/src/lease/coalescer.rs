@@ -99,7 +99,7 @@ impl Supervised for Coalescer {
             // A move abandons the lookups; what they were for is settled on the next endpoint.
             biased;
             () = upstream.abandoned(pick) => return Ended::Reopen,
-            () = confirming => {}
+            answered = confirming => self.metrics.lease_renewals_confirmed.inc_by(answered as u64),
         }
         let stream = Stream {
             upstream: &self.upstream,

@@ -42,18 +42,20 @@ pub fn to_confirm(leases: &BTreeMap<i64, LeaseRenewals>) -> Vec<i64> {
 
 /// Asks `look_up` (LeaseTimeToLive on the endpoint the next stream goes to) about every lease [`to_confirm`]
 /// gives, and settles each with its answer. Leases still unanswered `within` of the start are renewed: a lease
-/// may be about to expire, and thousands of them may wait.
+/// may be about to expire, and thousands of them may wait. Returns how many requests were answered without a
+/// renewal.
 pub async fn confirm_all<F, Fut>(
     leases: &mut BTreeMap<i64, LeaseRenewals>,
     within: Duration,
     look_up: F,
-) where
+) -> usize
+where
     F: Fn(i64) -> Fut,
     Fut: Future<Output = Result<LeaseTimeToLiveResponse, Status>>,
 {
     let ids = to_confirm(leases);
     if ids.is_empty() {
-        return;
+        return 0;
     }
     let asked = Instant::now();
     let look_up = &look_up;
@@ -64,43 +66,51 @@ pub async fn confirm_all<F, Fut>(
         .collect()
         .await;
     // In lease order, whatever order the answers came in: a seeded simulation stays reproducible.
-    for id in ids {
-        let looked_up = answers
-            .remove(&id)
-            .unwrap_or_else(|| Err(Status::deadline_exceeded("no answer in time")));
-        settle(leases, id, looked_up, asked);
-    }
+    ids.into_iter()
+        .map(|id| {
+            let looked_up = answers
+                .remove(&id)
+                .unwrap_or_else(|| Err(Status::deadline_exceeded("no answer in time")));
+            settle(leases, id, looked_up, asked)
+        })
+        .sum()
 }
 
 /// Settles lease `id`'s unsettled requests with what LeaseTimeToLive, asked at `asked`, answered: they get an
-/// answer now, or are queued to be renewed.
+/// answer now, or are queued to be renewed. Returns how many were answered.
 pub fn settle(
     leases: &mut BTreeMap<i64, LeaseRenewals>,
     id: i64,
     looked_up: Result<LeaseTimeToLiveResponse, Status>,
     asked: Instant,
-) {
+) -> usize {
     let Some(renewals) = leases.get_mut(&id) else {
-        return;
+        return 0;
     };
     let Some((sent, waiters)) = renewals.unsettled.take() else {
-        return;
+        return 0;
     };
-    match looked_up.ok().and_then(|looked_up| {
-        answer_without_renewing(&looked_up, asked.saturating_duration_since(sent))
-    }) {
+    let since_sent = asked.saturating_duration_since(sent);
+    let answered = match looked_up
+        .ok()
+        .and_then(|looked_up| answer_without_renewing(&looked_up, since_sent))
+    {
         Some(answer) => {
+            let answered = waiters.len();
             for waiter in waiters {
                 waiter.answer(Ok(answer));
             }
+            answered
         }
         None => {
             renewals.queued.splice(0..0, waiters);
+            0
         }
-    }
+    };
     if renewals.is_idle() {
         leases.remove(&id);
     }
+    answered
 }
 
 /// The answer to requests whose renewal was sent `since_sent` before etcd reported `looked_up`, if they need no
@@ -294,11 +304,11 @@ mod tests {
     async fn leases_etcd_does_not_answer_about_in_time_are_renewed() {
         let mut client = Client::new();
         let (mut leases, _) = unsettled(&client);
-        confirm_all(&mut leases, Duration::from_millis(100), |_| {
+        let answered = confirm_all(&mut leases, Duration::from_millis(100), |_| {
             std::future::pending::<Result<LeaseTimeToLiveResponse, Status>>()
         })
         .await;
-        assert_eq!(client.answers(), vec![]);
+        assert_eq!((answered, client.answers()), (0, vec![]));
         assert_eq!(
             to_confirm(&leases),
             Vec::<i64>::new(),
@@ -316,12 +326,13 @@ mod tests {
         let mut client = Client::new();
         let (mut leases, _) = unsettled(&client);
         let asked = std::sync::Mutex::new(Vec::new());
-        confirm_all(&mut leases, Duration::from_secs(1), |id| {
+        let answered = confirm_all(&mut leases, Duration::from_secs(1), |id| {
             asked.lock().unwrap().push(id);
             async { Ok(looked_up(-1, 0)) }
         })
         .await;
         assert_eq!(*asked.lock().unwrap(), vec![7]);
+        assert_eq!(answered, 1);
         assert_eq!(client.answers(), vec![(7, 0)], "a lease etcd no longer has");
         assert!(leases.is_empty());
     }
