@@ -386,8 +386,14 @@ pub fn apply(sim: &mut turmoil::Sim<'_>, cluster: &Cluster, fault: &Fault) -> St
         Fault::RepairClient(client) => sim.repair(client.as_str(), PROXY_HOST),
         Fault::Isolate(m) => cluster.isolate(*m),
         Fault::Rejoin(m) => cluster.rejoin(*m),
-        Fault::Hold(m) => sim.hold(PROXY_HOST, member_host(*m)),
-        Fault::Release(m) => sim.release(PROXY_HOST, member_host(*m)),
+        Fault::Hold(m) => {
+            sim.hold(PROXY_HOST, member_host(*m));
+            cluster.link_held(*m);
+        }
+        Fault::Release(m) => {
+            sim.release(PROXY_HOST, member_host(*m));
+            cluster.link_released(*m);
+        }
         Fault::Latency { member, latency } => {
             if latency.is_zero() {
                 // Both bounds move back: a maximum below the link's minimum is not a valid range.

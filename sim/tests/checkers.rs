@@ -717,6 +717,29 @@ fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
         check_leases(&handover, &[lease_client(None)], 1, secs(8.0)).len(),
         1
     );
+    // A stream whose requests its member read only as a held link was released (lease 34022 and five more seeds of
+    // the 32768 sweep): the proxy sent them while that stream was its only one, during the hold, and moved before the
+    // release; the member read them as the next stream was in use. In use from the start of the hold, so not
+    // beside the next stream. Without that hold, or with a hold released at another instant, or one that began
+    // after the next stream was in use, it is a second stream.
+    let mut held_link = lease_history(None, &[(0.0, 1.4), (2.961, 2.961), (2.595, 6.21)]);
+    held_link.streams[1].opened_at = secs(1.485);
+    held_link.streams[1].closed_at = Some(secs(2.961));
+    held_link.streams[1].member = 1;
+    held_link.streams[2].member = 2;
+    let hold = |since: f64, released: f64| sim::model::Hold {
+        member: 1,
+        since: secs(since),
+        released: secs(released),
+    };
+    let client = [lease_client(None)];
+    assert_eq!(check_leases(&held_link, &client, 1, secs(8.0)).len(), 1);
+    held_link.holds = vec![hold(2.163, 2.961)];
+    assert!(check_leases(&held_link, &client, 1, secs(8.0)).is_empty());
+    held_link.holds = vec![hold(2.163, 2.95)];
+    assert_eq!(check_leases(&held_link, &client, 1, secs(8.0)).len(), 1);
+    held_link.holds = vec![hold(2.7, 2.961)];
+    assert_eq!(check_leases(&held_link, &client, 1, secs(8.0)).len(), 1);
     // A stream a proxy instance sent just before it was restarted, which reached the member (on the instance's
     // connection, accepted earlier) after the restart, beside the new instance's stream: not in use by the proxy.
     // The same stream on a connection accepted after the restart was the new instance's: a second stream.

@@ -67,7 +67,10 @@ pub fn check_leases(
         // A stream a stopped proxy instance had sent, which reached the member after the restart.
         .filter(|s| !history.sent_by_a_stopped_proxy(s))
         .filter_map(|s| {
-            let (first, last) = (s.first_request_at?, s.last_request_at?);
+            // A stream's first requests that the member read as a hang or a held link ended were sent before,
+            // while the stream may still have been the proxy's only one: in use from the start of that wait.
+            let first = history.arrived_by(s.member, s.first_request_at?);
+            let last = s.last_request_at?;
             Some((first, last.saturating_sub(DELIVERY_SLACK).max(first)))
         });
     let streams = crate::model::max_overlap(in_use);
@@ -168,9 +171,10 @@ fn handed_over(stream: &StreamRecord, streams: &[StreamRecord]) -> bool {
 }
 
 /// The latest a lease whose client stopped at `stopped` may expire: TTL and the slack after the stop, or TTL after
-/// a renewal a member read as it resumed from a hang, if that renewal had arrived by the stop and the slack: etcd
-/// renews when it reads a request, and a stopped member reads what was sent to it while it was stopped only once it
-/// runs again (as real etcd would, after SIGCONT).
+/// a renewal a member read as it resumed from a hang (or as its held link was released), if that renewal had
+/// arrived by the stop and the slack: etcd renews when it reads a request, and a stopped member reads what was sent
+/// to it while it was stopped only once it runs again (as real etcd would, after SIGCONT), as a member reads what
+/// its link held only once the link delivers it.
 fn latest_expiry(
     history: &History,
     record: &crate::model::LeaseRecord,

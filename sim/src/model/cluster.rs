@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::auth::{Access, Auth, Caller};
 use super::census::{Registry, WatchCensus, WatchedRange};
-use super::history::{Hang, History, StreamKind, StreamRecord};
+use super::history::{Hang, History, Hold, StreamKind, StreamRecord};
 use super::pause::{self, Leadership, Pause};
 use super::store::Store;
 
@@ -62,6 +62,8 @@ struct Shared {
     frozen: Mutex<Vec<Option<i64>>>,
     /// Per member: when it was stopped (hung); its connections and timers wait on it.
     pauses: Vec<watch::Sender<Pause>>,
+    /// Per member: since when the proxy's link with it holds messages.
+    held_since: Mutex<Vec<Option<Duration>>>,
 }
 
 impl Cluster {
@@ -99,6 +101,7 @@ impl Cluster {
                 leadership: Mutex::new(Leadership::new(count)),
                 frozen: Mutex::new(vec![None; count]),
                 pauses: pause::pause_signals(count),
+                held_since: Mutex::new(vec![None; count]),
             }),
         }
     }
@@ -184,6 +187,25 @@ impl Cluster {
     /// cannot lead.
     pub fn hang(&self, member: usize) {
         self.set_process(member, false, true);
+    }
+
+    /// The proxy's link with member `member` holds its messages from now on (the network does: the model is told
+    /// so that the checkers know when what the member reads at the release was sent).
+    pub fn link_held(&self, member: usize) {
+        let now = self.now();
+        lock(&self.shared.held_since)[member].get_or_insert(now);
+    }
+
+    /// The proxy's link with member `member` delivers what it held.
+    pub fn link_released(&self, member: usize) {
+        let now = self.now();
+        if let Some(since) = lock(&self.shared.held_since)[member].take() {
+            lock(&self.shared.store).history.holds.push(Hold {
+                member,
+                since,
+                released: now,
+            });
+        }
     }
 
     /// Member `member`'s stopped process carries on (SIGCONT).

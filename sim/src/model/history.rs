@@ -92,6 +92,16 @@ pub struct Hang {
     pub resumed: Duration,
 }
 
+/// The proxy's link with a member held its messages from `since` until it was `released` ([`crate::fault::Fault::Hold`]).
+/// Messages the member reads at the instant of the release waited in the link: they were sent before, at the latest
+/// while it held them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub member: usize,
+    pub since: Duration,
+    pub released: Duration,
+}
+
 /// Everything the model records.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
@@ -101,6 +111,7 @@ pub struct History {
     pub streams: Vec<StreamRecord>,
     pub accesses: Vec<KeyAccess>,
     pub hangs: Vec<Hang>,
+    pub holds: Vec<Hold>,
     /// When a new leader was elected (each renewed every lease: [`super::Store::promote_leases`]).
     pub elections: Vec<Duration>,
     /// When the proxy (the members' client) was restarted: streams sent by an instance before its restart may
@@ -129,12 +140,22 @@ impl History {
     }
 
     /// The earliest time a message member `member` read at `at` can have arrived: the start of a hang that ended at
-    /// `at` (the message waited unread in the member's socket), else `at`.
+    /// `at` (the message waited unread in the member's socket) or of a hold of its link released at `at` (it waited
+    /// in the link), else `at`.
     pub fn arrived_by(&self, member: usize, at: Duration) -> Duration {
-        self.hangs
+        let hang = self
+            .hangs
             .iter()
-            .find(|h| h.member == member && h.resumed == at)
-            .map_or(at, |h| h.since)
+            .find(|h| h.member == member && h.resumed == at);
+        let hold = self
+            .holds
+            .iter()
+            .find(|h| h.member == member && h.released == at);
+        hang.map(|h| h.since)
+            .into_iter()
+            .chain(hold.map(|h| h.since))
+            .min()
+            .unwrap_or(at)
     }
 
     /// Whether `stream` was sent by a proxy instance that had been restarted before the member saw it open: it came

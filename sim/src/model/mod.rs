@@ -32,7 +32,7 @@ pub use census::{StreamWatchers, WatchCensus, WatchedRange};
 pub use cluster::{Cluster, ELECTION_TIMEOUT};
 pub use cluster_service::MODEL_VERSION;
 pub use history::{
-    AccessKind, Hang, History, KeyAccess, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind,
+    AccessKind, Hang, History, Hold, KeyAccess, LeaseEnd, LeaseRecord, RevisionRecord, StreamKind,
     StreamRecord, max_overlap,
 };
 pub use serve::{ServeOptions, serve, serve_with};
