@@ -331,7 +331,7 @@ impl Cache {
     /// Fills a copy of the query's range from etcd's answer, if that answer holds the whole range.
     fn fill(&self, query: &Query, answer: &Bytes) {
         // A range with a copy already is not filled again: not decoding the answer then keeps a miss (a copy not
-        // yet at the revision a read needs) as cheap as a read with the cache off, less the lookups.
+        // yet at the revision a read needs) as cheap as a read with the cache off, plus the copy lookups.
         if self.feed.lock().store.get(&query.range).is_some() {
             return;
         }
