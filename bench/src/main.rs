@@ -64,6 +64,11 @@ struct Args {
     /// Runs both proxies with this `--namespace` (clients of direct etcd use its keys unprefixed).
     #[arg(long, default_value = "")]
     namespace: String,
+    /// A flag for this proxy only (repeatable), in both its processes (cache on and off), e.g.
+    /// `--proxy-arg=--worker-threads=2`; none by default. The Go proxy runs as before, so that ratios to it compare
+    /// runs with different flags.
+    #[arg(long = "proxy-arg", allow_hyphen_values = true)]
+    proxy_args: Vec<String>,
     /// Mutual TLS on every link: etcd serves TLS with --client-cert-auth, both proxies dial it over TLS (a client
     /// certificate without a Common Name) and serve TLS requiring a client certificate, and the benchmark's clients
     /// present one; certificates made for the run. `--tls=both`: each case on a plaintext stack and on a TLS
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
         etcds: args.etcds,
         proxy_bin: args.proxy_bin.unwrap_or_default(),
         namespace: args.namespace,
+        proxy_args: args.proxy_args,
         tls: args.tls,
         scenarios: match (args.scenarios.is_empty(), args.scale) {
             (false, _) => args.scenarios,

@@ -450,6 +450,8 @@ pub struct Plan {
     pub fresh_stack: bool,
     /// `--namespace` for both proxies (none when empty): what a namespace costs each of them.
     pub namespace: String,
+    /// Flags for this proxy only (`--proxy-arg`), after the benchmark's own.
+    pub proxy_args: Vec<String>,
     /// Mutual TLS everywhere (see [`crate::tls`]): etcd with `--client-cert-auth`, both proxies towards etcd and
     /// towards their clients, and the benchmark's clients: what TLS costs each proxy.
     pub tls: TlsMode,

@@ -141,7 +141,15 @@ async fn start_stack(
             ""
         }
     );
-    let stack = Stack::start(etcd, &plan.proxy_bin, &plan.namespace, tls, nocache).await?;
+    let stack = Stack::start(
+        etcd,
+        &plan.proxy_bin,
+        &plan.namespace,
+        &plan.proxy_args,
+        tls,
+        nocache,
+    )
+    .await?;
     if result.idle_rss_mib.is_empty() {
         for target in [Target::GoProxy, Target::RustProxy, Target::RustProxyNoCache] {
             if let Some(pid) = stack.proxy(target).map(|p| p.pid())

@@ -141,12 +141,13 @@ pub struct Stack {
 
 impl Stack {
     /// Starts a fresh etcd from `etcd`, then both proxies in front of it (and, with `nocache`, a second process of
-    /// this proxy with its range cache off), all with `--namespace` if not empty; with `tls`, every link is mutual
-    /// TLS.
+    /// this proxy with its range cache off), all with `--namespace` if not empty, this proxy with `proxy_args`
+    /// besides; with `tls`, every link is mutual TLS.
     pub async fn start(
         etcd: &EtcdBinary,
         proxy_bin: &Path,
         namespace: &str,
+        proxy_args: &[String],
         tls: bool,
         nocache: bool,
     ) -> Result<Self, String> {
@@ -186,6 +187,7 @@ impl Stack {
             .iter()
             .cloned()
             .chain([CACHE_FLAG.to_string()])
+            .chain(proxy_args.iter().cloned())
             .collect();
         let rust_proxy = ProxyProcess::start_with(
             proxy_bin,
@@ -198,6 +200,7 @@ impl Stack {
         let rust_proxy_nocache = if nocache {
             let mut flags = flags.clone();
             flags.push(NO_CACHE_FLAG.to_string());
+            flags.extend(proxy_args.iter().cloned());
             Some(
                 ProxyProcess::start_with(
                     proxy_bin,

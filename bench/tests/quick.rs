@@ -23,6 +23,8 @@ fn quick_plan(etcd: Binaries, out_dir: &Path) -> Plan {
         // The release build, built (or confirmed up to date) by cargo first, so the test never runs a stale proxy.
         proxy_bin: testkit::proxy::binary().expect("the proxy's release binary"),
         namespace: String::new(),
+        // Two workers whatever the machine has: every scenario is served with connections on both.
+        proxy_args: vec!["--worker-threads=2".into()],
         tls: TlsMode::Off,
         scenarios: Scenario::ALL.to_vec(),
         sizes: Sizes::quick(),

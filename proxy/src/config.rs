@@ -240,6 +240,9 @@ pub struct Config {
     pub grpc_logging: bool,
     /// `--enable-distributed-tracing` and its settings; `None`: off.
     pub distributed_tracing: Option<crate::otel::Settings>,
+    /// `--worker-threads`, resolved: how many workers serve client connections ([`crate::workers`]), at least 1.
+    /// `Config::new` gives 1; the binary gives as many as the process may use unless the flag says otherwise.
+    pub workers: usize,
 }
 
 impl Config {
@@ -285,6 +288,7 @@ impl Config {
             enable_pprof: false,
             grpc_logging: false,
             distributed_tracing: None,
+            workers: 1,
         }
     }
 }

@@ -3,6 +3,8 @@
 //! Data flows one way: listener (TLS) → services → upstream → (TLS) etcd, and back.
 //!
 //! - [`net`]: the `Net` seam, the only code that touches sockets (`TokioNet` in production).
+//! - [`workers`]: `--worker-threads`: the workers client connections are spread over (one single-threaded
+//!   runtime each in the binary); a call goes to etcd on its worker's own connection.
 //! - [`server`]: one listener for gRPC and the HTTP admin routes (and `--metrics-addr`'s, admin routes only), per-RPC
 //!   metrics, graceful shutdown.
 //! - [`tls`]: TLS towards clients and towards etcd, above the `Net` seam; every file re-read for new connections.
@@ -58,6 +60,7 @@ pub mod tls;
 pub mod upstream;
 pub mod watch;
 pub mod wire;
+pub mod workers;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -129,9 +132,22 @@ impl BoundProxy {
     }
 
     /// [`BoundProxy::serve`], calling `ready` once the proxy serves: everything it serves with is set up and its
-    /// listeners are bound, so a client that connects from then on is answered (the binary tells systemd).
+    /// listeners are bound, so a client that connects from then on is answered. Its `config.workers` workers all
+    /// run on the caller's runtime.
     pub async fn serve_telling(
         self,
+        shutdown: impl Future<Output = ()>,
+        ready: impl FnOnce(),
+    ) -> Result<(), StartError> {
+        let workers = workers::Workers::on_current(self.config.workers);
+        self.serve_on(workers, shutdown, ready).await
+    }
+
+    /// [`BoundProxy::serve_telling`] with client connections served on `workers` (the binary: one runtime per
+    /// thread); the proxy's own tasks run on the caller's runtime.
+    pub async fn serve_on(
+        self,
+        workers: workers::Workers,
         shutdown: impl Future<Output = ()>,
         ready: impl FnOnce(),
     ) -> Result<(), StartError> {
@@ -143,6 +159,7 @@ impl BoundProxy {
             self.upstream_tls,
             metrics.clone(),
             stop_rx.clone(),
+            &workers,
         );
         let tracer = upstream.tracer().cloned();
         let rpc = rpc::Rpc::new(&upstream, &metrics, &self.config);
@@ -194,7 +211,10 @@ impl BoundProxy {
                 routes: server::Routes::AdminOnly,
             };
             let (app, config, stop_rx) = (app.clone(), self.config.clone(), stop_rx.clone());
-            tokio::spawn(async move { server::serve(metrics_port, app, &config, stop_rx).await });
+            let workers = workers.clone();
+            tokio::spawn(async move {
+                server::serve(metrics_port, app, &workers, &config, stop_rx).await
+            });
         }
         tracing::info!(address = %self.local_addr, tls = self.server_tls.is_some(), "started gRPC proxy");
         let main_port = server::Port {
@@ -202,7 +222,7 @@ impl BoundProxy {
             tls: self.server_tls,
             routes: server::Routes::All,
         };
-        let serving = server::serve(main_port, app, &self.config, stop_rx);
+        let serving = server::serve(main_port, app, &workers, &self.config, stop_rx);
         tokio::pin!(serving);
         ready();
         tokio::select! {

@@ -48,13 +48,25 @@ fn main() -> ExitCode {
         max_client_calls = config.max_client_calls,
         "limits"
     );
-    let runtime = match runtime(cli.worker_threads) {
+    config.workers = workers_for(cli.worker_threads);
+    let runtime = match single_threaded_runtime() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("etcd-grpc-proxy: cannot start the async runtime: {err}");
             return ExitCode::FAILURE;
         }
     };
+    // Worker 0 is the main thread's runtime; the others get a thread and a runtime each.
+    let started: std::io::Result<Vec<WorkerThread>> =
+        (1..config.workers).map(WorkerThread::start).collect();
+    let extra_workers = match started {
+        Ok(threads) => threads,
+        Err(err) => {
+            eprintln!("etcd-grpc-proxy: cannot start a worker thread: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(workers = config.workers, "serving workers");
     if let Some(request) = &cli.srv {
         let found = runtime.block_on(srv_sockets::discover(request));
         if let Err(err) =
@@ -71,11 +83,19 @@ fn main() -> ExitCode {
             signal.await;
             systemd::notify(systemd::STOPPING);
         };
+        let handles = std::iter::once(tokio::runtime::Handle::current())
+            .chain(extra_workers.iter().map(|worker| worker.handle.clone()))
+            .collect();
         proxy::BoundProxy::bind(config, Arc::new(TokioNet))
             .await?
-            .serve_telling(shutdown, || systemd::notify(systemd::READY))
+            .serve_on(proxy::workers::Workers::on(handles), shutdown, || {
+                systemd::notify(systemd::READY)
+            })
             .await
     });
+    for worker in extra_workers {
+        worker.stop();
+    }
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -85,21 +105,55 @@ fn main() -> ExitCode {
     }
 }
 
-/// The async runtime `--worker-threads` asks for. One thread is the default: on the benchmark machine it spent
-/// about 0.6 of the CPU per call that tokio's multi-threaded scheduler spent (no work stealing, no wake-ups across
-/// threads, and more frames written per system call), with higher throughput and lower p99 (README.md,
-/// Performance). It caps the proxy at one core, which `--worker-threads=0` (one per core) lifts.
-fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    if worker_threads == 1 {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build();
+/// How many workers `--worker-threads` asks for: that many, or with 0 (the default) as many as the process may use:
+/// the host's cores, or fewer under a CPU quota or affinity mask (a container's), which the standard library reads.
+fn workers_for(worker_threads: usize) -> usize {
+    if worker_threads > 0 {
+        return worker_threads;
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if worker_threads > 1 {
-        builder.worker_threads(worker_threads);
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// Each worker is one single-threaded runtime: on the benchmark machine one thread spent about 0.6 of the CPU per
+/// call that tokio's work-stealing scheduler spent (no stealing, no wake-ups across threads, more frames written per
+/// system call), with higher throughput and lower p99 (README.md, Performance).
+fn single_threaded_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+/// A worker after the first: a thread running its own runtime until told to stop.
+struct WorkerThread {
+    handle: tokio::runtime::Handle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl WorkerThread {
+    fn start(index: usize) -> std::io::Result<Self> {
+        let runtime = single_threaded_runtime()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("worker-{index}"))
+            .spawn(move || {
+                // The runtime runs its tasks only while it is blocked on: until the proxy has stopped serving.
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(Self {
+            handle,
+            stop,
+            thread,
+        })
     }
-    builder.enable_all().build()
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
 }
 
 /// File descriptors kept for what is not a client connection: etcd connections, TLS and other files, listeners.

@@ -118,9 +118,9 @@ struct StartArgs {
     /// Seed of the proxy's random choices (default: drawn from the OS at start and logged)
     #[arg(long)]
     seed: Option<u64>,
-    /// Threads that serve calls: 1 runs everything on one thread, which costs the least CPU per call; 0 uses one
-    /// per core, for loads one core cannot carry
-    #[arg(long, default_value_t = 1)]
+    /// Workers that serve client connections, each a thread of its own: 0 (the default) as many as the process may
+    /// use (its cores, or fewer under a CPU quota or affinity mask), N that many
+    #[arg(long, default_value_t = 0)]
     worker_threads: usize,
     /// Serve CPU profiles and runtime counts under /debug/pprof/ on the client port (not on --metrics-addr)
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
@@ -149,7 +149,7 @@ pub struct Cli {
     pub log_outputs: Vec<crate::logging::outputs::Target>,
     /// Whether the seed came from `--seed` (otherwise the caller drew it from the OS).
     pub seed_given: bool,
-    /// `--worker-threads`: 1 for a single-threaded runtime, 0 for one thread per core, else that many.
+    /// `--worker-threads`: how many workers (one thread each); 0 for as many as the process may use.
     pub worker_threads: usize,
     /// `--max-client-connections` if given; otherwise the caller derives it from the open-file limit.
     pub max_client_connections: Option<usize>,
@@ -474,7 +474,10 @@ mod tests {
         assert!(!cli.seed_given);
         assert_eq!(cli.log_level, crate::logging::LogLevel::Info);
         assert_eq!(cli.log_outputs, [crate::logging::outputs::Target::Stderr]);
-        assert_eq!(cli.worker_threads, 1);
+        assert_eq!(
+            cli.worker_threads, 0,
+            "as many workers as the process may use"
+        );
     }
 
     #[test]
@@ -522,9 +525,9 @@ mod tests {
             "--max-client-calls=8",
             "--seed=42",
             "--data-dir=/tmp/x",
-            "--worker-threads=0",
+            "--worker-threads=3",
         ]);
-        assert_eq!(cli.worker_threads, 0);
+        assert_eq!(cli.worker_threads, 3);
         assert_eq!(cli.config.endpoints.len(), 2);
         assert_eq!(cli.config.listen_addr.port(), 9);
         assert!(cli.seed_given);

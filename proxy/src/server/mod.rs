@@ -31,7 +31,7 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -43,6 +43,7 @@ use crate::metrics::{self, Metrics};
 use crate::net::Listener;
 use crate::tls::ServerTls;
 use crate::upstream::{Upstream, shutting_down};
+use crate::workers::{WorkerExecutor, Workers};
 
 /// What every request handler needs.
 pub struct App {
@@ -81,6 +82,7 @@ pub struct Port {
 pub async fn serve(
     port: Port,
     app: Arc<App>,
+    workers: &Workers,
     config: &Config,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -89,13 +91,19 @@ pub async fn serve(
         tls,
         routes,
     } = port;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(config.max_concurrent_streams)
-        .keep_alive_interval(config.client_keepalive.interval)
-        .keep_alive_timeout(config.client_keepalive.timeout);
+    // One connection builder per worker: hyper spawns each call's task with the builder's executor.
+    let builders: Vec<_> = (0..workers.len())
+        .map(|worker| {
+            let mut builder = auto::Builder::new(workers.executor(worker));
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(config.max_concurrent_streams)
+                .keep_alive_interval(config.client_keepalive.interval)
+                .keep_alive_timeout(config.client_keepalive.timeout);
+            builder
+        })
+        .collect();
     let grace = config.shutdown_grace;
     let setup_timeout = config.client_setup_timeout;
     // etcd's metrics listener is Go's plain HTTP server, which does not police pings.
@@ -122,11 +130,12 @@ pub async fn serve(
                         continue;
                     };
                     refusing = false;
-                    tracing::debug!(%peer, "client connected");
+                    let worker = workers.next();
+                    tracing::debug!(%peer, worker, "client connected");
                     let serving = Serving {
                         setup_deadline: Instant::now() + setup_timeout,
                         slot,
-                        builder: builder.clone(),
+                        builder: builders[worker].clone(),
                         app: app.clone(),
                         tls: tls.clone(),
                         routes,
@@ -134,7 +143,7 @@ pub async fn serve(
                         shutdown: connection_shutdown.clone(),
                         grace,
                     };
-                    connections.spawn(serving.connection(conn, peer));
+                    workers.spawn_into(&mut connections, worker, serving.connection(conn, peer));
                 }
                 Err(err) => {
                     // Running out of file descriptors and the like: keep serving the connections we have.
@@ -154,7 +163,7 @@ struct Serving {
     setup_deadline: Instant,
     /// Held for as long as the connection lasts.
     slot: limits::ConnectionSlot,
-    builder: auto::Builder<TokioExecutor>,
+    builder: auto::Builder<WorkerExecutor>,
     app: Arc<App>,
     tls: Option<Arc<ServerTls>>,
     routes: Routes,

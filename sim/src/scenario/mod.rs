@@ -270,6 +270,7 @@ fn run_inner(scenario: Scenario, settings: Settings) -> Report {
         Scenario::Watch => watch_world(settings),
         Scenario::Fleet => fleet::world(settings),
         Scenario::Auth => auth::world(settings),
+        Scenario::Failover => failover_world(settings),
         _ => World::new(settings),
     };
     let logs = Logs::default();
@@ -418,6 +419,25 @@ pub(crate) const WATCH_CLIENTS: usize = 3;
 /// clients that keep their connections alive every 500 ms.
 fn watch_world<'a>(settings: Settings) -> World<'a> {
     watch_world_with(settings, None)
+}
+
+/// How many workers the failover scenario's proxy runs (`--worker-threads=2`); every other scenario runs one, as on
+/// a host (or container) with one core. The workers share the simulated host's runtime: what differs from one
+/// worker is what the proxy does with two, each client connection served by one of them and each worker's calls
+/// sent on its own connection to each member, while failover, the revision floor and the cache stay shared.
+pub const FAILOVER_WORKERS: usize = 2;
+
+/// The failover scenario's world: [`World::new`]'s proxy with [`FAILOVER_WORKERS`] workers.
+fn failover_world<'a>(settings: Settings) -> World<'a> {
+    let mut config = crate::world::proxy_config(settings.seed, settings.members);
+    config.workers = FAILOVER_WORKERS;
+    if let Some(tls) = &settings.tls {
+        tls.configure_proxy(&mut config);
+    }
+    World::with_proxies(
+        settings,
+        vec![(crate::topology::PROXY_HOST.to_string(), config)],
+    )
 }
 
 /// [`watch_world`], with the proxy's `--user` when `user` is given.

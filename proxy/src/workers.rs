@@ -1,0 +1,138 @@
+//! The serving workers (`--worker-threads`): each client connection is served by one worker, and so are the calls on
+//! it. In the binary a worker is a single-threaded runtime on a thread of its own (`main.rs` starts them); in the
+//! simulation and in tests several workers may share one runtime. Either way a call knows its worker
+//! ([`current`]), and the upstream sends it on that worker's own connection to etcd: a call then never wakes
+//! another thread, which is what one thread per call costs and a work-stealing runtime does not (issue 13 measured
+//! tokio's at about 1.5 times the CPU per call).
+//!
+//! What clients share stays shared across workers: the watch hubs, the keep-alive coalescers, the range cache and
+//! the revision floor, so that N clients on N workers are still one watcher and one keep-alive stream on etcd.
+//! Their tasks run on whichever worker started them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+use tokio::task::{AbortHandle, JoinSet};
+
+tokio::task_local! {
+    /// The worker whose connection the running task serves.
+    static WORKER: usize;
+}
+
+/// The worker the running task serves a connection for; 0 outside any (the proxy's own tasks: probes, hubs,
+/// coalescers).
+pub fn current() -> usize {
+    WORKER.try_with(|worker| *worker).unwrap_or(0)
+}
+
+/// The runtimes the workers run on, one handle per worker.
+#[derive(Clone)]
+pub struct Workers {
+    handles: Arc<[Handle]>,
+    /// The worker the next connection goes to.
+    next: Arc<AtomicUsize>,
+}
+
+impl Workers {
+    /// One worker per handle (the binary: one single-threaded runtime per thread).
+    ///
+    /// # Panics
+    /// With no handle: a proxy needs at least one worker.
+    pub fn on(handles: Vec<Handle>) -> Self {
+        assert!(!handles.is_empty(), "a proxy has at least one worker");
+        Self {
+            handles: handles.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// `count` workers (at least one), all on the runtime the caller runs on: the simulation and tests.
+    pub fn on_current(count: usize) -> Self {
+        Self::on(vec![Handle::current(); count.max(1)])
+    }
+
+    /// How many workers there are.
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Always false: there is at least one worker.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The worker the next connection is served by: each in turn.
+    pub fn next(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len()
+    }
+
+    /// Spawns `task` into `set` on `worker`'s runtime, as that worker's.
+    pub fn spawn_into<F>(&self, set: &mut JoinSet<F::Output>, worker: usize, task: F) -> AbortHandle
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        set.spawn_on(WORKER.scope(worker, task), &self.handles[worker])
+    }
+
+    /// What spawns the tasks of `worker`: hyper's per-call tasks and the tasks of its upstream connections.
+    pub fn executor(&self, worker: usize) -> WorkerExecutor {
+        WorkerExecutor {
+            worker,
+            handle: self.handles[worker].clone(),
+        }
+    }
+}
+
+/// Spawns every task it is given on one worker's runtime, as that worker's.
+#[derive(Clone)]
+pub struct WorkerExecutor {
+    worker: usize,
+    handle: Handle,
+}
+
+impl<F> hyper::rt::Executor<F> for WorkerExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, task: F) {
+        self.handle.spawn(WORKER.scope(self.worker, task));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::rt::Executor;
+
+    #[tokio::test]
+    async fn tasks_spawned_for_a_worker_know_it_and_others_are_worker_0() {
+        let workers = Workers::on_current(3);
+        assert_eq!(current(), 0);
+        let mut set = JoinSet::new();
+        workers.spawn_into(&mut set, 2, async { current() });
+        assert_eq!(set.join_next().await.expect("one task").expect("ran"), 2);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        workers.executor(1).execute(async move {
+            let _ = tx.send(current());
+        });
+        assert_eq!(rx.await.expect("ran"), 1);
+        // A task spawned plainly from a worker's task is the proxy's own, not the worker's.
+        let mut set = JoinSet::new();
+        workers.spawn_into(&mut set, 2, async {
+            tokio::spawn(async { current() }).await.expect("ran")
+        });
+        assert_eq!(set.join_next().await.expect("one task").expect("ran"), 0);
+    }
+
+    #[tokio::test]
+    async fn connections_go_to_each_worker_in_turn() {
+        let workers = Workers::on_current(3);
+        let order: Vec<usize> = (0..7).map(|_| workers.next()).collect();
+        assert_eq!(order, [0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(Workers::on_current(0).len(), 1);
+    }
+}
