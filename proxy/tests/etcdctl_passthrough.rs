@@ -455,26 +455,39 @@ async fn auth_permissions_and_denials_match_direct_etcd() {
     c.ok(&["get", "/secret/s"]).await;
 }
 
-/// `--worker-threads` other than the default single thread: one thread per core, or a given number. The proxy
-/// serves the same, and runs on that many threads.
+/// `--worker-threads`: by default (0) as many workers as the process may use, with N that many; the main thread is
+/// the first worker, each other one a thread named `worker-K`. The proxy serves the same with any number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn multi_threaded_runtimes_serve_as_the_single_thread_does() {
+async fn every_number_of_workers_serves_as_one_does() {
     let Some(binaries) = support::etcd() else {
         return;
     };
-    for (flag, least_threads) in [("--worker-threads=0", 2), ("--worker-threads=3", 3)] {
+    // The proxy runs in this process's cgroup and affinity mask, and so may use what this test may.
+    let usable = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    for (flag, workers) in [
+        ("--worker-threads=0", usable),
+        ("--worker-threads=1", 1),
+        ("--worker-threads=3", 3),
+    ] {
         let mut c = Compare::start(&binaries, &[flag]).await;
         let seen = c.ok(&["put", "k", "v"]).await;
         assert_eq!(seen.stdout, "OK\n");
         let seen = c.ok(&["get", "k", "-w", "json"]).await;
         assert!(seen.stdout.contains("\"count\":1"), "{flag}: {seen:?}");
         let pid = c.proxy().expect("a proxy target").pid();
-        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .expect("the proxy's threads")
-            .count();
-        assert!(
-            threads > least_threads,
-            "{flag}: {threads} threads, expected the main thread and at least {least_threads} workers"
+            .map(|task| {
+                let comm = task.expect("a thread").path().join("comm");
+                std::fs::read_to_string(comm).unwrap_or_default()
+            })
+            .collect();
+        let worker_threads = names.iter().filter(|n| n.starts_with("worker-")).count();
+        assert_eq!(
+            worker_threads,
+            workers - 1,
+            "{flag}: threads {names:?}, expected the main thread and {} more workers",
+            workers - 1
         );
     }
 }

@@ -119,9 +119,9 @@ struct StartArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Workers that serve client connections, each a thread of its own: 0 (the default) as many as the process may
-    /// use (its cores, or fewer under a CPU quota or affinity mask), N that many
-    #[arg(long, default_value_t = 0)]
-    worker_threads: usize,
+    /// use (its cores, or fewer under a CPU quota or affinity mask), N that many (at most 1024)
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=MAX_WORKERS))]
+    worker_threads: u16,
     /// Serve CPU profiles and runtime counts under /debug/pprof/ on the client port (not on --metrics-addr)
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     enable_pprof: bool,
@@ -286,7 +286,7 @@ fn into_config(
         log_level,
         log_outputs,
         seed_given,
-        worker_threads: args.worker_threads,
+        worker_threads: args.worker_threads.into(),
         max_client_connections: args.max_client_connections,
         warnings,
         srv,
@@ -299,6 +299,10 @@ fn wall_clock_unix_nanos() -> u64 {
     let since_epoch = time::OffsetDateTime::now_utc() - time::OffsetDateTime::UNIX_EPOCH;
     u64::try_from(since_epoch.whole_nanoseconds()).unwrap_or(0)
 }
+
+/// The most workers `--worker-threads` may ask for: far past any host's cores, short of threads that would only
+/// cost memory.
+pub const MAX_WORKERS: i64 = 1024;
 
 /// Where the password of `--user` may come from besides the command line.
 pub const PASSWORD_ENV: &str = "ETCD_GRPC_PROXY_PASSWORD";
@@ -423,6 +427,20 @@ mod tests {
         )
         .unwrap_err()
         .to_string()
+    }
+
+    #[test]
+    fn worker_threads_are_bounded() {
+        assert_eq!(
+            parse_ok(&["start", "--worker-threads=1024"]).worker_threads,
+            1024
+        );
+        let refused = parse_err(&["start", "--worker-threads=1025"]);
+        assert!(
+            refused.contains("--worker-threads") && refused.contains("0..=1024"),
+            "{refused}"
+        );
+        assert!(parse_err(&["start", "--worker-threads=-1"]).contains("--worker-threads"));
     }
 
     #[test]
