@@ -200,6 +200,7 @@ impl BoundProxy {
             pprof: self.config.enable_pprof,
             grpc_logging: self.config.grpc_logging,
             gateway,
+            workers: workers.clone(),
         });
         if let Some(listener) = self.metrics_listener {
             let metrics_port = server::Port {

@@ -19,6 +19,8 @@ use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use tonic::body::Body;
 
+use crate::workers::Workers;
+
 /// Where the routes live.
 pub const PREFIX: &str = "/debug/pprof";
 
@@ -49,12 +51,12 @@ const PROFILES: &[(&str, &str)] = &[
     ),
     (
         "tasks",
-        "Counts of the async runtime: worker threads, live tasks, tasks waiting in the global queue (no stacks).",
+        "Counts over the workers' async runtimes: workers, live tasks, tasks waiting in the global queues (no stacks).",
     ),
 ];
 
 /// Answers a request whose path starts with [`PREFIX`] (any method, as Go's handlers take any).
-pub async fn serve(path: &str, query: Option<&str>) -> Response<Body> {
+pub async fn serve(path: &str, query: Option<&str>, workers: &Workers) -> Response<Body> {
     let Some(rest) = path.strip_prefix(PREFIX) else {
         return not_found();
     };
@@ -78,7 +80,7 @@ pub async fn serve(path: &str, query: Option<&str>) -> Response<Body> {
             "text/plain; charset=utf-8",
             std::env::args().collect::<Vec<_>>().join("\0"),
         ),
-        "/tasks" => text(StatusCode::OK, "text/plain; charset=utf-8", tasks()),
+        "/tasks" => text(StatusCode::OK, "text/plain; charset=utf-8", tasks(workers)),
         other if other.starts_with('/') => pprof_error(StatusCode::NOT_FOUND, "Unknown profile"),
         // `/debug/pprofx` is not under the subtree.
         _ => not_found(),
@@ -104,13 +106,17 @@ fn index() -> String {
     page
 }
 
-fn tasks() -> String {
-    let metrics = tokio::runtime::Handle::current().metrics();
+/// The counts over every worker's runtime (each worker is a single-threaded runtime of its own in the binary).
+fn tasks(workers: &Workers) -> String {
+    let (mut alive, mut queued) = (0, 0);
+    for runtime in workers.runtimes() {
+        let metrics = runtime.metrics();
+        alive += metrics.num_alive_tasks();
+        queued += metrics.global_queue_depth();
+    }
     format!(
-        "workers: {}\nalive_tasks: {}\nglobal_queue_depth: {}\n",
-        metrics.num_workers(),
-        metrics.num_alive_tasks(),
-        metrics.global_queue_depth()
+        "workers: {}\nalive_tasks: {alive}\nglobal_queue_depth: {queued}\n",
+        workers.len()
     )
 }
 
@@ -317,24 +323,26 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_profiles_are_404_as_go_answers_them() {
-        let response = serve("/debug/pprof/heap", None).await;
+        let one = Workers::on_current(1);
+        let response = serve("/debug/pprof/heap", None, &one).await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         assert_eq!(response.headers()["x-go-pprof"], "1");
         assert_eq!(body(response).await, "Unknown profile\n");
-        let response = serve("/debug/pprof", None).await;
+        let response = serve("/debug/pprof", None, &one).await;
         assert_eq!(response.status(), StatusCode::MOVED_PERMANENTLY);
         assert_eq!(response.headers()[header::LOCATION], "/debug/pprof/");
     }
 
     #[tokio::test]
     async fn the_index_lists_what_is_served() {
-        let page = body(serve("/debug/pprof/", None).await).await;
+        let two = Workers::on_current(2);
+        let page = body(serve("/debug/pprof/", None, &two).await).await;
         for (name, _) in PROFILES {
             assert!(page.contains(&format!("href='{name}'")), "{page}");
         }
         assert!(!page.contains("heap"), "{page}");
-        let tasks = body(serve("/debug/pprof/tasks", None).await).await;
-        assert!(tasks.contains("workers: 1\n"), "{tasks}");
+        let tasks = body(serve("/debug/pprof/tasks", None, &two).await).await;
+        assert!(tasks.starts_with("workers: 2\nalive_tasks: "), "{tasks}");
     }
 
     async fn body(response: Response<Body>) -> String {

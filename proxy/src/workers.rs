@@ -31,26 +31,40 @@ pub fn current() -> usize {
 #[derive(Clone)]
 pub struct Workers {
     handles: Arc<[Handle]>,
+    /// Each runtime once (several workers may share one).
+    runtimes: Arc<[Handle]>,
     /// The worker the next connection goes to.
     next: Arc<AtomicUsize>,
 }
 
 impl Workers {
-    /// One worker per handle (the binary: one single-threaded runtime per thread).
+    /// One worker per handle, each a runtime of its own (the binary: one single-threaded runtime per thread).
     ///
     /// # Panics
     /// With no handle: a proxy needs at least one worker.
     pub fn on(handles: Vec<Handle>) -> Self {
         assert!(!handles.is_empty(), "a proxy has at least one worker");
+        let handles: Arc<[Handle]> = handles.into();
         Self {
-            handles: handles.into(),
+            runtimes: handles.clone(),
+            handles,
             next: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     /// `count` workers (at least one), all on the runtime the caller runs on: the simulation and tests.
     pub fn on_current(count: usize) -> Self {
-        Self::on(vec![Handle::current(); count.max(1)])
+        let current = Handle::current();
+        Self {
+            handles: vec![current.clone(); count.max(1)].into(),
+            runtimes: [current].into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The runtimes the workers run on, each once.
+    pub fn runtimes(&self) -> &[Handle] {
+        &self.runtimes
     }
 
     /// How many workers there are.
@@ -134,5 +148,6 @@ mod tests {
         let order: Vec<usize> = (0..7).map(|_| workers.next()).collect();
         assert_eq!(order, [0, 1, 2, 0, 1, 2, 0]);
         assert_eq!(Workers::on_current(0).len(), 1);
+        assert_eq!(workers.runtimes().len(), 1, "three workers on one runtime");
     }
 }

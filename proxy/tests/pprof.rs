@@ -157,6 +157,7 @@ async fn one_cpu_profile_at_a_time_and_the_index_lists_what_is_served() {
         &[
             "--enable-pprof",
             &format!("--metrics-addr=http://127.0.0.1:{metrics_port}"),
+            "--worker-threads=3",
         ],
     )
     .await;
@@ -175,7 +176,15 @@ async fn one_cpu_profile_at_a_time_and_the_index_lists_what_is_served() {
     );
     let (status, tasks) = http::get(&addr, "/debug/pprof/tasks").await.expect("tasks");
     assert_eq!(status, 200, "{tasks}");
-    assert!(tasks.contains("alive_tasks: "), "{tasks}");
+    // Counted over the three workers' runtimes, each a single thread.
+    assert!(tasks.starts_with("workers: 3\nalive_tasks: "), "{tasks}");
+    let alive: usize = tasks
+        .lines()
+        .find_map(|line| line.strip_prefix("alive_tasks: "))
+        .and_then(|count| count.parse().ok())
+        .expect("a count of alive tasks");
+    // At least the accept loop, this connection and its call, on whichever runtimes they run.
+    assert!(alive >= 3, "{tasks}");
     let (status, cmdline) = http::get(&addr, "/debug/pprof/cmdline")
         .await
         .expect("cmdline");

@@ -59,6 +59,8 @@ pub struct App {
     pub grpc_logging: bool,
     /// etcd's JSON gateway on the main port.
     pub gateway: crate::gateway::Gateway,
+    /// The workers client connections are served on (`/debug/pprof/tasks` counts their tasks).
+    pub workers: Workers,
 }
 
 /// What a listener serves.
@@ -257,7 +259,9 @@ async fn handle(
         && app.pprof
         && request.uri.path().starts_with(crate::profiling::PREFIX)
     {
-        return Ok(crate::profiling::serve(request.uri.path(), request.uri.query()).await);
+        return Ok(
+            crate::profiling::serve(request.uri.path(), request.uri.query(), &app.workers).await,
+        );
     }
     let get = request.method == http::Method::GET;
     let response = match request.uri.path() {
