@@ -1,13 +1,15 @@
-//! The serving workers (`--worker-threads`): each client connection is served by one worker, and so are the calls on
-//! it. In the binary a worker is a single-threaded runtime on a thread of its own (`main.rs` starts them); in the
-//! simulation and in tests several workers may share one runtime. Either way a call knows its worker
-//! ([`current`]), and the upstream sends it on that worker's own connection to etcd: a call then never wakes
-//! another thread, which is what one thread per call costs and a work-stealing runtime does not (issue 13 measured
-//! tokio's at about 1.5 times the CPU per call).
+//! The serving workers (`--worker-threads`): each client connection is served by one worker, and so is every call
+//! on it. In the binary a worker is a single-threaded runtime on a thread of its own (`main.rs` starts them), so a
+//! call costs what it costs on one thread (issue 13 measured tokio's work-stealing runtime at about 1.5 times the
+//! CPU per call); in the simulation and in tests several workers may share one runtime.
 //!
-//! What clients share stays shared across workers: the watch hubs, the keep-alive coalescers, the range cache and
-//! the revision floor, so that N clients on N workers are still one watcher and one keep-alive stream on etcd.
-//! Their tasks run on whichever worker started them.
+//! Everything else is shared by the workers: the connections to etcd, failover, the watch hubs, the keep-alive
+//! coalescers, the range cache and the revision floor, so that N clients on N workers are still one watcher and one
+//! keep-alive stream on etcd. The proxy's own tasks run on the runtime that started the proxy (worker 0's).
+//!
+//! The connections to etcd are shared rather than one per worker: with one per worker, a connection the network
+//! broke under one worker went unseen by the heartbeat and the probes, which ask on one connection, and that
+//! worker's calls hung on it (simulation seeds failover 45719, 47296, 47403 with two workers).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,17 +17,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinSet};
-
-tokio::task_local! {
-    /// The worker whose connection the running task serves.
-    static WORKER: usize;
-}
-
-/// The worker the running task serves a connection for; 0 outside any (the proxy's own tasks: probes, hubs,
-/// coalescers).
-pub fn current() -> usize {
-    WORKER.try_with(|worker| *worker).unwrap_or(0)
-}
 
 /// The runtimes the workers run on, one handle per worker.
 #[derive(Clone)]
@@ -62,11 +53,6 @@ impl Workers {
         }
     }
 
-    /// The runtimes the workers run on, each once.
-    pub fn runtimes(&self) -> &[Handle] {
-        &self.runtimes
-    }
-
     /// How many workers there are.
     pub fn len(&self) -> usize {
         self.handles.len()
@@ -77,33 +63,36 @@ impl Workers {
         false
     }
 
+    /// The runtimes the workers run on, each once.
+    pub fn runtimes(&self) -> &[Handle] {
+        &self.runtimes
+    }
+
     /// The worker the next connection is served by: each in turn.
     pub fn next(&self) -> usize {
         self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len()
     }
 
-    /// Spawns `task` into `set` on `worker`'s runtime, as that worker's.
+    /// Spawns `task` into `set`, on `worker`'s runtime.
     pub fn spawn_into<F>(&self, set: &mut JoinSet<F::Output>, worker: usize, task: F) -> AbortHandle
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        set.spawn_on(WORKER.scope(worker, task), &self.handles[worker])
+        set.spawn_on(task, &self.handles[worker])
     }
 
-    /// What spawns the tasks of `worker`: hyper's per-call tasks and the tasks of its upstream connections.
+    /// What spawns the tasks of `worker`'s connections: hyper's task for each call.
     pub fn executor(&self, worker: usize) -> WorkerExecutor {
         WorkerExecutor {
-            worker,
             handle: self.handles[worker].clone(),
         }
     }
 }
 
-/// Spawns every task it is given on one worker's runtime, as that worker's.
+/// Spawns every task it is given on one worker's runtime.
 #[derive(Clone)]
 pub struct WorkerExecutor {
-    worker: usize,
     handle: Handle,
 }
 
@@ -113,7 +102,7 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, task: F) {
-        self.handle.spawn(WORKER.scope(self.worker, task));
+        self.handle.spawn(task);
     }
 }
 
@@ -122,24 +111,46 @@ mod tests {
     use super::*;
     use hyper::rt::Executor;
 
+    /// A second single-threaded runtime on a thread of its own, as `main.rs` starts one per worker.
+    fn second_runtime() -> (
+        Handle,
+        std::thread::ThreadId,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async {
+                let _ = stopped.await;
+            })
+        });
+        (handle, thread.thread().id(), stop)
+    }
+
     #[tokio::test]
-    async fn tasks_spawned_for_a_worker_know_it_and_others_are_worker_0() {
-        let workers = Workers::on_current(3);
-        assert_eq!(current(), 0);
+    async fn a_workers_tasks_run_on_its_runtime() {
+        let (other, other_thread, stop) = second_runtime();
+        let workers = Workers::on(vec![Handle::current(), other]);
+        assert_eq!(workers.runtimes().len(), 2);
         let mut set = JoinSet::new();
-        workers.spawn_into(&mut set, 2, async { current() });
-        assert_eq!(set.join_next().await.expect("one task").expect("ran"), 2);
+        workers.spawn_into(&mut set, 1, async { std::thread::current().id() });
+        workers.spawn_into(&mut set, 0, async { std::thread::current().id() });
+        let mut ran_on = Vec::new();
+        while let Some(thread) = set.join_next().await {
+            ran_on.push(thread.expect("ran"));
+        }
+        assert!(ran_on.contains(&other_thread), "{ran_on:?}");
+        assert!(ran_on.contains(&std::thread::current().id()), "{ran_on:?}");
         let (tx, rx) = tokio::sync::oneshot::channel();
         workers.executor(1).execute(async move {
-            let _ = tx.send(current());
+            let _ = tx.send(std::thread::current().id());
         });
-        assert_eq!(rx.await.expect("ran"), 1);
-        // A task spawned plainly from a worker's task is the proxy's own, not the worker's.
-        let mut set = JoinSet::new();
-        workers.spawn_into(&mut set, 2, async {
-            tokio::spawn(async { current() }).await.expect("ran")
-        });
-        assert_eq!(set.join_next().await.expect("one task").expect("ran"), 0);
+        assert_eq!(rx.await.expect("ran"), other_thread);
+        let _ = stop.send(());
     }
 
     #[tokio::test]
@@ -147,7 +158,7 @@ mod tests {
         let workers = Workers::on_current(3);
         let order: Vec<usize> = (0..7).map(|_| workers.next()).collect();
         assert_eq!(order, [0, 1, 2, 0, 1, 2, 0]);
-        assert_eq!(Workers::on_current(0).len(), 1);
         assert_eq!(workers.runtimes().len(), 1, "three workers on one runtime");
+        assert_eq!(Workers::on_current(0).len(), 1);
     }
 }

@@ -108,8 +108,6 @@ pub struct Upstream {
     /// What new endpoints' channels connect with (`--endpoints-auto-sync-interval` adds endpoints).
     connector: Connector,
     channel_settings: ChannelSettings,
-    /// Each endpoint gets a channel per worker.
-    workers: crate::workers::Workers,
     /// TLS towards etcd is on: endpoints learnt from MemberList must be `https://` (or bare).
     tls_on: bool,
     active: watch::Sender<ActiveState>,
@@ -141,7 +139,6 @@ impl Upstream {
         tls: Option<Arc<crate::tls::ClientTls>>,
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
-        workers: &crate::workers::Workers,
     ) -> Arc<Self> {
         let tls_on = tls.is_some();
         // The collector is dialled through the same seam as etcd, in plaintext as etcd dials it.
@@ -156,7 +153,7 @@ impl Upstream {
             .map(|endpoint| {
                 Member::new(
                     endpoint.clone(),
-                    channel_settings.connect(endpoint, &connector, workers),
+                    channel_settings.connect(endpoint, &connector),
                 )
             })
             .collect();
@@ -178,7 +175,6 @@ impl Upstream {
             members: Pool::new(members),
             connector,
             channel_settings,
-            workers: workers.clone(),
             tls_on,
             active: watch::Sender::new(ActiveState {
                 index: active,
@@ -558,24 +554,8 @@ impl ChannelSettings {
         }
     }
 
-    /// Lazily connected channels to `endpoint`, one per worker, each with its tasks on its worker.
-    fn connect(
-        &self,
-        endpoint: &Endpoint,
-        connector: &Connector,
-        workers: &crate::workers::Workers,
-    ) -> Vec<Channel> {
-        (0..workers.len())
-            .map(|worker| self.connect_one(endpoint, connector, workers.executor(worker)))
-            .collect()
-    }
-
-    fn connect_one(
-        &self,
-        endpoint: &Endpoint,
-        connector: &Connector,
-        executor: crate::workers::WorkerExecutor,
-    ) -> Channel {
+    /// A lazily connected channel to `endpoint`.
+    fn connect(&self, endpoint: &Endpoint, connector: &Connector) -> Channel {
         // The authority was validated by `Endpoint::parse`, so it always forms a valid URI.
         let mut tonic = TonicEndpoint::from_shared(format!("http://{}", endpoint.authority()))
             .expect("validated endpoint forms a URI")
@@ -589,8 +569,7 @@ impl ChannelSettings {
             // it the library closes the connection itself (GOAWAY ENHANCE_YOUR_CALM), failing every call on it
             // with ResourceExhausted. Seen after clients cancelled a few thousand calls while a member hung. The
             // limit guards against a hostile peer; etcd is not one.
-            .http2_max_local_error_reset_streams(None)
-            .executor(executor);
+            .http2_max_local_error_reset_streams(None);
         if let Some(interval) = self.keepalive.interval {
             tonic = tonic
                 .http2_keep_alive_interval(interval)
@@ -598,87 +577,5 @@ impl ChannelSettings {
                 .keep_alive_while_idle(self.keepalive.while_idle);
         }
         tonic.connect_with_connector_lazy(connector.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::net::{BoxFuture, Conn, Listener};
-    use crate::workers::Workers;
-    use proto::etcdserverpb::RangeRequest;
-    use proto::etcdserverpb::kv_client::KvClient;
-
-    /// A network where every dial is refused, recording which worker dialled.
-    struct Recording {
-        dialled_by: Arc<Mutex<Vec<usize>>>,
-    }
-
-    impl Net for Recording {
-        fn bind(
-            &self,
-            _addr: std::net::SocketAddr,
-        ) -> BoxFuture<'_, std::io::Result<Box<dyn Listener>>> {
-            Box::pin(async { Err(std::io::ErrorKind::Unsupported.into()) })
-        }
-
-        fn connect(&self, _authority: String) -> BoxFuture<'static, std::io::Result<Conn>> {
-            self.dialled_by
-                .lock()
-                .unwrap()
-                .push(crate::workers::current());
-            Box::pin(async { Err(std::io::ErrorKind::ConnectionRefused.into()) })
-        }
-    }
-
-    #[tokio::test]
-    async fn each_worker_calls_etcd_on_a_connection_of_its_own() {
-        let dialled_by = Arc::new(Mutex::new(Vec::new()));
-        let config = Config::new(
-            vec![Endpoint::parse("etcd:2379").unwrap()],
-            "127.0.0.1:0".parse().unwrap(),
-            1,
-        );
-        let (_stop, shutdown) = watch::channel(false);
-        let workers = Workers::on_current(2);
-        let upstream = Upstream::new(
-            &config,
-            Arc::new(Recording {
-                dialled_by: dialled_by.clone(),
-            }),
-            None,
-            Metrics::new(prometheus::Registry::new()).unwrap(),
-            shutdown,
-            &workers,
-        );
-        for worker in [1, 1] {
-            let upstream = upstream.clone();
-            let mut call = tokio::task::JoinSet::new();
-            workers.spawn_into(&mut call, worker, async move {
-                let channel = upstream.active().channel;
-                KvClient::new(channel).range(RangeRequest::default()).await
-            });
-            let refused = call.join_next().await.unwrap().unwrap();
-            assert!(refused.is_err(), "nothing answers here");
-        }
-        let by_worker_1 = dialled_by.lock().unwrap().clone();
-        assert!(
-            !by_worker_1.is_empty() && by_worker_1.iter().all(|&w| w == 1),
-            "worker 1's calls are dialled by worker 1's connection: {by_worker_1:?}"
-        );
-        let mut call = tokio::task::JoinSet::new();
-        let on_0 = upstream.clone();
-        workers.spawn_into(&mut call, 0, async move {
-            KvClient::new(on_0.active().channel)
-                .range(RangeRequest::default())
-                .await
-        });
-        assert!(call.join_next().await.unwrap().unwrap().is_err());
-        let dialled = dialled_by.lock().unwrap().clone();
-        assert_eq!(
-            dialled[by_worker_1.len()..].first(),
-            Some(&0),
-            "worker 0 dials a connection of its own: {dialled:?}"
-        );
     }
 }

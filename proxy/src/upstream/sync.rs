@@ -118,20 +118,15 @@ impl Upstream {
     fn add_endpoint(&self, endpoint: &Endpoint) {
         let index = match self.members.find(endpoint.authority()) {
             Some(index) => {
-                let connect = || {
-                    self.channel_settings
-                        .connect(endpoint, &self.connector, &self.workers)
-                };
+                let connect = || self.channel_settings.connect(endpoint, &self.connector);
                 if !self.members.get(index).restore(connect) {
                     return;
                 }
                 index
             }
             None => {
-                let channels =
-                    self.channel_settings
-                        .connect(endpoint, &self.connector, &self.workers);
-                self.members.push(Member::new(endpoint.clone(), channels))
+                let channel = self.channel_settings.connect(endpoint, &self.connector);
+                self.members.push(Member::new(endpoint.clone(), channel))
             }
         };
         let authority = self.members.get(index).endpoint.authority().to_owned();
@@ -200,14 +195,7 @@ mod tests {
         let metrics = Metrics::new(prometheus::Registry::new()).unwrap();
         let (_, shutdown) = tokio::sync::watch::channel(false);
         let tls: Option<Arc<crate::tls::ClientTls>> = None;
-        Upstream::new(
-            &config,
-            Arc::new(Nowhere),
-            tls,
-            metrics,
-            shutdown,
-            &crate::workers::Workers::on_current(1),
-        )
+        Upstream::new(&config, Arc::new(Nowhere), tls, metrics, shutdown)
     }
 
     fn listing(endpoints: &[&str]) -> MemberListResponse {

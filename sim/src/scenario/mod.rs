@@ -423,8 +423,10 @@ fn watch_world<'a>(settings: Settings) -> World<'a> {
 
 /// How many workers the failover scenario's proxy runs (`--worker-threads=2`); every other scenario runs one, as on
 /// a host (or container) with one core. The workers share the simulated host's runtime: what differs from one
-/// worker is what the proxy does with two, each client connection served by one of them and each worker's calls
-/// sent on its own connection to each member, while failover, the revision floor and the cache stay shared.
+/// worker is how the proxy hands client connections to two workers and serves each on its worker; the connections
+/// to the members, failover, the revision floor and the cache are shared (`proxy::workers`). With one runtime for
+/// both, a run is the one-worker run, digest for digest: this shows that handing connections out changes nothing,
+/// not what two threads would do.
 pub const FAILOVER_WORKERS: usize = 2;
 
 /// The failover scenario's world: [`World::new`]'s proxy with [`FAILOVER_WORKERS`] workers.
