@@ -199,7 +199,7 @@ impl BoundProxy {
             pprof: self.config.enable_pprof,
             grpc_logging: self.config.grpc_logging,
             gateway,
-            workers: workers.clone(),
+            workers,
         });
         if let Some(listener) = self.metrics_listener {
             let metrics_port = server::Port {
@@ -211,10 +211,7 @@ impl BoundProxy {
                 routes: server::Routes::AdminOnly,
             };
             let (app, config, stop_rx) = (app.clone(), self.config.clone(), stop_rx.clone());
-            let workers = workers.clone();
-            tokio::spawn(async move {
-                server::serve(metrics_port, app, &workers, &config, stop_rx).await
-            });
+            tokio::spawn(async move { server::serve(metrics_port, app, &config, stop_rx).await });
         }
         tracing::info!(address = %self.local_addr, tls = self.server_tls.is_some(), "started gRPC proxy");
         let main_port = server::Port {
@@ -222,7 +219,7 @@ impl BoundProxy {
             tls: self.server_tls,
             routes: server::Routes::All,
         };
-        let serving = server::serve(main_port, app, &workers, &self.config, stop_rx);
+        let serving = server::serve(main_port, app, &self.config, stop_rx);
         tokio::pin!(serving);
         ready();
         tokio::select! {

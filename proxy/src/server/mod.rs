@@ -59,7 +59,7 @@ pub struct App {
     pub grpc_logging: bool,
     /// etcd's JSON gateway on the main port.
     pub gateway: crate::gateway::Gateway,
-    /// The workers client connections are served on (`/debug/pprof/tasks` counts their tasks).
+    /// The workers client connections are handed to (`/debug/pprof/tasks` counts their tasks too).
     pub workers: Workers,
 }
 
@@ -84,7 +84,6 @@ pub struct Port {
 pub async fn serve(
     port: Port,
     app: Arc<App>,
-    workers: &Workers,
     config: &Config,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -93,6 +92,7 @@ pub async fn serve(
         tls,
         routes,
     } = port;
+    let workers = app.workers.clone();
     // One connection builder per worker: hyper spawns each call's task with the builder's executor.
     let builders: Vec<_> = (0..workers.len())
         .map(|worker| {
