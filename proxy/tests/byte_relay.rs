@@ -106,8 +106,11 @@ impl Fake {
         let fake = self.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((conn, _)) = listener.accept().await else {
+                let Ok((accepted, _)) = listener.accept().await else {
                     return;
+                };
+                let Ok(conn) = accepted.open() else {
+                    continue;
                 };
                 let fake = fake.clone();
                 tokio::spawn(async move {

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 
-use proxy::net::{BoxFuture, Conn, Listener, Net};
+use proxy::net::{Accepted, BoxFuture, Conn, Listener, Net};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
@@ -54,10 +54,10 @@ impl Listener for TurmoilListener {
         self.listener.local_addr()
     }
 
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Conn, SocketAddr)>> {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Accepted, SocketAddr)>> {
         Box::pin(async move {
             let (stream, peer) = self.listener.accept().await?;
-            Ok((self.net.conn(stream)?, peer))
+            Ok((Accepted::ready(self.net.conn(stream)?), peer))
         })
     }
 }

@@ -33,7 +33,30 @@ pub trait Listener: Send + 'static {
     /// The address actually bound (useful when the port was 0).
     fn local_addr(&self) -> io::Result<SocketAddr>;
     /// Waits for the next connection and returns it with the peer's address.
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Conn, SocketAddr)>>;
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Accepted, SocketAddr)>>;
+}
+
+/// An accepted connection, not yet tied to a runtime: [`Accepted::open`] ties it to the runtime it is called on.
+/// The proxy accepts on one runtime and serves each connection on a worker's ([`crate::workers`]); a socket
+/// registered where it was accepted would have its readiness polled there, waking the worker from another thread
+/// on every read and write, and waiting while that runtime is busy.
+pub struct Accepted(Box<dyn FnOnce() -> io::Result<Conn> + Send>);
+
+impl Accepted {
+    /// A connection tied to no runtime's reactor (a simulated one): opening it gives it as it is.
+    pub fn ready(conn: Conn) -> Self {
+        Self(Box::new(move || Ok(conn)))
+    }
+
+    /// A connection opened by `open` on the runtime that serves it.
+    pub fn deferred(open: impl FnOnce() -> io::Result<Conn> + Send + 'static) -> Self {
+        Self(Box::new(open))
+    }
+
+    /// The connection, tied to the runtime this is called on (call it from the task that serves it).
+    pub fn open(self) -> io::Result<Conn> {
+        (self.0)()
+    }
 }
 
 /// The network the proxy runs on.

@@ -176,7 +176,15 @@ struct Serving {
 }
 
 impl Serving {
-    async fn connection(mut self, conn: crate::net::Conn, peer: std::net::SocketAddr) {
+    async fn connection(mut self, accepted: crate::net::Accepted, peer: std::net::SocketAddr) {
+        // Opened here, on the worker that serves it, so that its reads and writes are polled by that worker.
+        let conn = match accepted.open() {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::debug!(%peer, %err, "cannot take over an accepted connection");
+                return;
+            }
+        };
         let conn = match &self.tls {
             // A handshake still running at shutdown is dropped: it has no calls to finish.
             Some(tls) => tokio::select! {

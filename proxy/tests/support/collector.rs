@@ -78,7 +78,10 @@ impl Collector {
         let server = TraceServiceServer::new(Keep(spans.clone()));
         let serving = tokio::spawn(async move {
             let mut connections = JoinSet::new();
-            while let Ok((conn, _)) = listener.accept().await {
+            while let Ok((accepted, _)) = listener.accept().await {
+                let Ok(conn) = accepted.open() else {
+                    continue;
+                };
                 let server = server.clone();
                 let service = hyper::service::service_fn(move |request: http::Request<_>| {
                     let mut server = server.clone();

@@ -34,7 +34,10 @@ impl FakeEtcd {
         let serving = tokio::spawn(async move {
             // Connections live in this set: stopping the fake drops it, which closes them all.
             let mut connections = JoinSet::new();
-            while let Ok((conn, _)) = listener.accept().await {
+            while let Ok((accepted, _)) = listener.accept().await {
+                let Ok(conn) = accepted.open() else {
+                    continue;
+                };
                 let (answer, record) = (answer.clone(), record.clone());
                 let service = hyper::service::service_fn(move |request: http::Request<_>| {
                     let (answer, record) = (answer.clone(), record.clone());

@@ -105,10 +105,13 @@ pub async fn serve_with(
             () = &mut expiry => {}
             // The kernel's part: a hung member still accepts.
             accepted = listener.accept() => match accepted {
-                Ok((conn, _peer)) => {
-                    let connection = serving.clone().connection(conn);
-                    connections.spawn(WhileRunning::new(&cluster, member, connection));
-                }
+                Ok((accepted, _peer)) => match accepted.open() {
+                    Ok(conn) => {
+                        let connection = serving.clone().connection(conn);
+                        connections.spawn(WhileRunning::new(&cluster, member, connection));
+                    }
+                    Err(err) => tracing::debug!(%err, "model etcd: cannot take over a connection"),
+                },
                 Err(err) => {
                     // A simulated network refuses nothing at the listener; a real one recovers from transient
                     // errors (too many open files).
