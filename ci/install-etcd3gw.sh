@@ -10,6 +10,12 @@ requirements=ci/etcd3gw-requirements.txt
 dir=${ETCD3GW_VENV:-/usr/local/lib/etcd3gw-venv}
 python="$dir/bin/python"
 
+# The two etcd3gw tests run at once and each runs this script: one installs while the other waits, instead of both
+# making the virtualenv (which failed a CI replica with "File exists").
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+flock 9
+
 # The copy of the requirements kept in the virtualenv says what it holds: a changed pin reinstalls.
 if ! cmp -s "$requirements" "$dir/requirements.txt" 2>/dev/null || [ ! -x "$python" ]; then
   echo "installing etcd3gw (PyPI) into $dir" >&2
