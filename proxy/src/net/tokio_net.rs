@@ -69,19 +69,17 @@ mod tests {
             .expect("a listener");
         let addr = listener.local_addr().expect("its address").to_string();
         // The kernel completes the handshake before the accept.
-        let mut client = serving
-            .block_on(TokioNet.connect(addr))
-            .expect("connected");
-        let (accepted, _) = accepting
-            .block_on(listener.accept())
-            .expect("accepted");
+        let mut client = serving.block_on(TokioNet.connect(addr)).expect("connected");
+        let (accepted, _) = accepting.block_on(listener.accept()).expect("accepted");
         drop(listener);
         drop(accepting);
         let got = serving.block_on(async {
             let mut conn = accepted.open().expect("opened here");
             client.write_all(b"ping").await.expect("sent");
             let mut got = [0u8; 4];
-            conn.read_exact(&mut got).await.expect("read on the serving runtime");
+            conn.read_exact(&mut got)
+                .await
+                .expect("read on the serving runtime");
             conn.write_all(b"pong").await.expect("answered");
             client.read_exact(&mut got).await.expect("the answer");
             got
