@@ -143,7 +143,13 @@ impl<'a> World<'a> {
     /// A world with one proxy on [`PROXY_HOST`], configured by [`proxy_config`] (with TLS on both sides when
     /// [`Settings::tls`] is set).
     pub fn new(settings: Settings) -> Self {
-        let mut config = proxy_config(settings.seed, settings.members);
+        let config = proxy_config(settings.seed, settings.members);
+        Self::with_proxy(settings, config)
+    }
+
+    /// A world with one proxy on [`PROXY_HOST`], configured by `config` (a scenario's flags on [`proxy_config`]),
+    /// with TLS on both sides when [`Settings::tls`] is set.
+    pub fn with_proxy(settings: Settings, mut config: proxy::Config) -> Self {
         if let Some(tls) = &settings.tls {
             tls.configure_proxy(&mut config);
         }

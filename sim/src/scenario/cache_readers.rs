@@ -46,7 +46,7 @@ use super::writers::MemberClients;
 use crate::check::cache::{AckedWrite, CacheMetrics, Minimums, ReadLog, ReadOutcome, describe};
 use crate::fault::{Fault, FaultPlan, Scheduled};
 use crate::model::Cluster;
-use crate::topology::{Dialer, PROXY_HOST, member_authority, proxy_authority};
+use crate::topology::{Dialer, member_authority, proxy_authority};
 use crate::trace::Trace;
 use crate::world::{self, Settings, World};
 
@@ -117,7 +117,7 @@ impl CacheLogs {
     }
 }
 
-/// The world of this scenario: one proxy on [`PROXY_HOST`], [`world::proxy_config`] plus
+/// The world of this scenario: one proxy on [`crate::topology::PROXY_HOST`], [`world::proxy_config`] plus
 /// `--range-cache-max-bytes` (and TLS when the settings carry it, as [`World::new`] does). Unless the settings
 /// bring a plan of their own, the seed's plan gets one [`slow_links`] episode besides.
 pub fn world<'a>(mut settings: Settings) -> World<'a> {
@@ -130,11 +130,8 @@ pub fn world<'a>(mut settings: Settings) -> World<'a> {
         settings.plan = Some(plan);
     }
     let mut config = world::proxy_config(settings.seed, settings.members);
-    if let Some(tls) = &settings.tls {
-        tls.configure_proxy(&mut config);
-    }
     config.range_cache_max_bytes = RANGE_CACHE_MAX_BYTES;
-    World::with_proxies(settings, vec![(PROXY_HOST.to_string(), config)])
+    World::with_proxy(settings, config)
 }
 
 /// One episode in which every proxy↔member link is slow (100–200 ms each way, for 300–800 ms, starting between

@@ -433,13 +433,7 @@ pub const FAILOVER_WORKERS: usize = 2;
 fn failover_world<'a>(settings: Settings) -> World<'a> {
     let mut config = crate::world::proxy_config(settings.seed, settings.members);
     config.workers = FAILOVER_WORKERS;
-    if let Some(tls) = &settings.tls {
-        tls.configure_proxy(&mut config);
-    }
-    World::with_proxies(
-        settings,
-        vec![(crate::topology::PROXY_HOST.to_string(), config)],
-    )
+    World::with_proxy(settings, config)
 }
 
 /// [`watch_world`], with the proxy's `--user` when `user` is given.
@@ -451,13 +445,7 @@ pub(crate) fn watch_world_with<'a>(
     let mut config = crate::world::proxy_config(settings.seed, settings.members);
     config.client_ping_min_time = client_links::CLIENT_KEEPALIVE.0;
     config.user = user;
-    if let Some(tls) = &settings.tls {
-        tls.configure_proxy(&mut config);
-    }
-    World::with_proxies(
-        settings,
-        vec![(crate::topology::PROXY_HOST.to_string(), config)],
-    )
+    World::with_proxy(settings, config)
 }
 
 fn build_watch(world: &mut World<'_>, logs: &Logs, rng: &mut StdRng, members: usize) {
