@@ -39,6 +39,8 @@ pub struct Metrics {
     pub cache_bytes: IntGauge,
     /// Cached ranges evicted to stay within `--range-cache-max-bytes`.
     pub cache_evictions: IntCounter,
+    /// Cached ranges dropped after failing to answer reads in a row.
+    pub cache_retirements: IntCounter,
     /// Range calls answered locally from keys the leasing protocol owns (`--experimental-leasing-prefix`).
     pub leasing_local_reads: IntCounter,
     /// Keys the leasing protocol owns now.
@@ -145,6 +147,10 @@ impl Metrics {
             "etcd_grpc_proxy_cache_evictions_total",
             "Cached ranges evicted to stay within --range-cache-max-bytes",
         )?;
+        let cache_retirements = IntCounter::new(
+            "etcd_grpc_proxy_cache_retired_total",
+            "Cached ranges dropped after 32 reads in a row they could not answer (each then goes to etcd for its next 1024 reads)",
+        )?;
         let leasing_local_reads = IntCounter::new(
             "etcd_grpc_proxy_leasing_local_reads_total",
             "Range calls answered locally from keys the leasing protocol owns (--experimental-leasing-prefix).",
@@ -236,6 +242,7 @@ impl Metrics {
         registry.register(Box::new(cache_keys.clone()))?;
         registry.register(Box::new(cache_bytes.clone()))?;
         registry.register(Box::new(cache_evictions.clone()))?;
+        registry.register(Box::new(cache_retirements.clone()))?;
         registry.register(Box::new(leasing_local_reads.clone()))?;
         registry.register(Box::new(leasing_owned_keys.clone()))?;
         registry.register(Box::new(lease_client_streams.clone()))?;
@@ -269,6 +276,7 @@ impl Metrics {
             cache_keys,
             cache_bytes,
             cache_evictions,
+            cache_retirements,
             leasing_local_reads,
             leasing_owned_keys,
             lease_client_streams,

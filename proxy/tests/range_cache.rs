@@ -1,8 +1,9 @@
 //! The range cache against real etcd: a write made directly on etcd reaches serializable reads through the proxy
 //! by the cache's watch (answered from the cache, not by going to etcd), reads never go back in revision, a write
 //! through the proxy is read back at once, every option of Range is answered from a copy exactly as etcd answers
-//! it (ranges inside a cached prefix included), linearizable reads from the cache reflect every acknowledged write, and under auth a copy another user's
-//! read filled reaches only users etcd lets read it.
+//! it (ranges inside a cached prefix included), linearizable reads from the cache reflect every acknowledged write,
+//! a copy that keeps failing to answer is retired and its range filled again after resting, and under auth a copy
+//! another user's read filled reaches only users etcd lets read it.
 
 mod support;
 
@@ -458,4 +459,66 @@ async fn a_caller_that_requires_a_leader_is_answered_by_etcd() {
         assert_eq!(answer.kvs[0].value, b"v"[..]);
     }
     assert_eq!(hits_and_misses(&proxy.metrics().await), before);
+}
+
+fn cache_gauges(text: &str) -> (f64, f64) {
+    let get = |name| metrics::value(text, name, &[]).unwrap_or(0.0);
+    (
+        get("etcd_grpc_proxy_cache_keys_total"),
+        get("etcd_grpc_proxy_cache_retired_total"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_resting() {
+    use proxy::cache::store::{MISSES_TO_RETIRE, RESTING_READS};
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let Stack {
+        _cluster,
+        proxy,
+        mut direct,
+        mut through,
+    } = Stack::start(&binaries).await;
+    put(&mut direct, "k", "v").await;
+    read(&mut through, serializable("k", b"")).await;
+    first_answer_from_the_copy(&through, &proxy, serializable("k", b"")).await;
+    assert_eq!(cache_gauges(&proxy.metrics().await), (1.0, 0.0));
+    let (hits_before, _) = hits_and_misses(&proxy.metrics().await);
+
+    // Each write through the proxy elsewhere moves the revision a serializable read of "k" must reach. Only a
+    // progress answer (etcd 3.5.8 on) can bring the copy of "k" there; before, it never answers again.
+    let mut read_after_write = async || {
+        let written = put(&mut through, "elsewhere", "x").await;
+        let answer = read(&mut through, serializable("k", b"")).await;
+        assert_eq!(answer.kvs[0].value, b"v"[..]);
+        assert!(revision(&answer) >= written, "{answer:?}");
+    };
+    for _ in 0..MISSES_TO_RETIRE {
+        read_after_write().await;
+    }
+    let (hits, _) = hits_and_misses(&proxy.metrics().await);
+    if progress_moves_copies(binaries.version) {
+        assert_eq!(hits - hits_before, f64::from(MISSES_TO_RETIRE));
+        assert_eq!(
+            cache_gauges(&proxy.metrics().await),
+            (1.0, 0.0),
+            "a copy that answers is kept"
+        );
+        return;
+    }
+    assert_eq!(hits, hits_before, "an older etcd's copy cannot answer");
+    assert_eq!(
+        cache_gauges(&proxy.metrics().await),
+        (0.0, 1.0),
+        "retired after {MISSES_TO_RETIRE} misses in a row"
+    );
+    // It rests: its reads go to etcd without filling a copy, until the last of them fills one again.
+    for _ in 1..RESTING_READS {
+        read_after_write().await;
+    }
+    assert_eq!(cache_gauges(&proxy.metrics().await), (0.0, 1.0));
+    read_after_write().await;
+    assert_eq!(cache_gauges(&proxy.metrics().await), (1.0, 1.0));
 }

@@ -149,13 +149,29 @@ impl Feed {
         });
     }
 
-    /// Cancels the watchers of evicted copies.
+    /// Cancels the watchers of copies evicted to stay within the bounds.
     pub fn cancel(&self, state: &State, evicted: Evicted) {
         self.metrics
             .cache_evictions
             .inc_by(evicted.watch_ids.len() as u64);
+        Self::cancel_watchers(state, evicted.watch_ids);
+    }
+
+    /// Cancels the watchers of copies retired for failing to answer ([`super::store::Store::missed`]).
+    pub fn retire(&self, state: &State, retired: Evicted) {
+        if retired.watch_ids.is_empty() {
+            return;
+        }
+        self.metrics
+            .cache_retirements
+            .inc_by(retired.watch_ids.len() as u64);
+        Self::cancel_watchers(state, retired.watch_ids);
+        self.update_gauges(state);
+    }
+
+    fn cancel_watchers(state: &State, watch_ids: Vec<WatchId>) {
         if let Some(stream) = &state.stream {
-            for id in evicted.watch_ids {
+            for id in watch_ids {
                 stream.cancel(id);
             }
         }

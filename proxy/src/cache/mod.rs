@@ -12,7 +12,10 @@
 //! - a linearizable read once the copy is at etcd's revision learnt after the read arrived ([`consistent`]), so
 //!   that it reflects every write acknowledged before it (from etcd 3.5.8, whose progress answers can move a copy).
 //!
-//! A read the cache cannot answer in time goes to etcd, as without a cache.
+//! A read the cache cannot answer in time goes to etcd, as without a cache. A copy that cannot answer 32 reads in a
+//! row (before etcd 3.5.8 every write through the proxy elsewhere leaves it behind; a range written faster than it
+//! is read) is retired, so that it stops costing, and its range is not filled again for its next 1024 reads
+//! ([`store::MISSES_TO_RETIRE`], [`store::RESTING_READS`]).
 //!
 //! - [`consistent`]: the revision a linearizable read from the cache must reach.
 //! - [`permission`]: when a read must be checked with etcd before a copy answers it.
@@ -195,7 +198,7 @@ impl Cache {
                 .await?
                 .into_inner()
         };
-        self.fill(&query, &answer);
+        self.missed(&query, &answer);
         Ok(Response::new(answer))
     }
 
@@ -269,6 +272,7 @@ impl Cache {
                 // would reach it (a member that cannot watch, say).
                 if copy.covered_from.is_some() && copy.revision >= target {
                     let answer = query.answer(copy.kvs_in(&query.range), copy.header())?;
+                    copy.answered();
                     self.upstream.returned_revision(copy.revision);
                     return Some(Bytes::from(answer.encode_to_vec()));
                 }
@@ -328,12 +332,19 @@ impl Cache {
         }
     }
 
-    /// Fills a copy of the query's range from etcd's answer, if that answer holds the whole range.
-    fn fill(&self, query: &Query, answer: &Bytes) {
-        // A range with a copy already is not filled again: not decoding the answer then keeps a miss (a copy not
-        // yet at the revision a read needs) as cheap as a read with the cache off, plus the copy lookups.
-        if self.feed.lock().store.get(&query.range).is_some() {
-            return;
+    /// Counts the miss against the copy that could not answer it (retiring one that keeps missing), and fills a
+    /// copy of the query's range from etcd's answer, if that answer holds the whole range and the range may be
+    /// filled.
+    fn missed(&self, query: &Query, answer: &Bytes) {
+        {
+            let mut state = self.feed.lock();
+            let retired = state.store.missed(&query.range);
+            self.feed.retire(&state, retired);
+            // A range with a copy already (or resting) is not filled: not decoding the answer then keeps a miss as
+            // cheap as a read with the cache off, plus the copy lookups.
+            if !state.store.may_fill(&query.range) {
+                return;
+            }
         }
         let Ok(decoded) = RangeResponse::decode(answer.clone()) else {
             return;
