@@ -180,8 +180,13 @@ impl Cache {
         // caller that requires a leader (`hasleader`) must get etcd's "no leader" when there is none, which only
         // etcd can say.
         let cacheable = (token.is_none() || self.own_identity) && !forwarded.requires_leader();
-        let Some(query) = Query::of(request.get_ref()).filter(|_| cacheable) else {
-            return self.upstream.unary(Retry::ReadOnly, path, request).await;
+        let message = request.into_inner();
+        let Some(query) = Query::of(&message).filter(|_| cacheable) else {
+            let answer = self
+                .upstream
+                .unary_captured(Retry::ReadOnly, &path, &forwarded, message)
+                .await?;
+            return Ok(Response::new(answer));
         };
         if let Some(answer) = self.answer_from_copy(&query, token.as_deref()).await? {
             self.metrics.cache_hits.inc();
@@ -189,14 +194,14 @@ impl Cache {
         }
         self.metrics.cache_misses.inc();
         let answer = if query.serializable {
-            self.shared_answer_from_etcd(token, path, request).await?
+            self.shared_answer_from_etcd(token, path, forwarded, message)
+                .await?
         } else {
             // A linearizable read must reflect every write acknowledged before it arrived: it shares no call
             // that was sent before.
             self.upstream
-                .unary(Retry::ReadOnly, path, request)
+                .unary_captured(Retry::ReadOnly, &path, &forwarded, message)
                 .await?
-                .into_inner()
         };
         self.missed(&query, &answer);
         Ok(Response::new(answer))
@@ -291,24 +296,22 @@ impl Cache {
         &self,
         token: Option<String>,
         path: PathAndQuery,
-        request: Request<Bytes>,
+        forwarded: Forwarded,
+        message: Bytes,
     ) -> Result<Bytes, Status> {
         let floor = self.upstream.revision_floor();
-        let key = (token, request.get_ref().clone());
-        let again = Request::from_parts(
-            request.metadata().clone(),
-            request.extensions().clone(),
-            request.get_ref().clone(),
-        );
+        let key = (token, message.clone());
         let answer = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             in_flight
                 .entry(key.clone())
                 .or_insert_with(|| {
                     let (upstream, path) = (self.upstream.clone(), path.clone());
+                    let (forwarded, message) = (forwarded.clone(), message.clone());
                     async move {
-                        let response = upstream.unary(Retry::ReadOnly, path, request).await?;
-                        Ok(response.into_inner())
+                        upstream
+                            .unary_captured(Retry::ReadOnly, &path, &forwarded, message)
+                            .await
                     }
                     .boxed()
                     .shared()
@@ -323,11 +326,11 @@ impl Cache {
         let result = waiting.answer.clone().await;
         drop(waiting);
         match result {
-            Ok(bytes) if header_revision(&bytes).unwrap_or(0) < floor => Ok(self
-                .upstream
-                .unary(Retry::ReadOnly, path, again)
-                .await?
-                .into_inner()),
+            Ok(bytes) if header_revision(&bytes).unwrap_or(0) < floor => {
+                self.upstream
+                    .unary_captured(Retry::ReadOnly, &path, &forwarded, message)
+                    .await
+            }
             other => other,
         }
     }

@@ -79,24 +79,39 @@ impl Upstream {
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Response<Bytes>, Status> {
-        let forwarded = self
-            .revision_floor
-            .as_ref()
-            .map(|_| (Forwarded::capture(&request), request.get_ref().clone()));
-        let response = self.unary_unordered(retry, &path, request).await?;
-        if let (Some(floor), Some((forwarded, message))) = (&self.revision_floor, forwarded)
+        let forwarded = Forwarded::capture(&request);
+        let response = self
+            .unary_captured(retry, &path, &forwarded, request.into_inner())
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    /// [`Upstream::unary`] of a client request whose forwarded parts the caller has captured already (the range
+    /// cache, which reads them first): each call captures them once, however many attempts it makes.
+    pub async fn unary_captured(
+        self: &Arc<Self>,
+        retry: Retry,
+        path: &PathAndQuery,
+        forwarded: &Forwarded,
+        message: Bytes,
+    ) -> Result<Bytes, Status> {
+        let response = self
+            .unary_unordered(retry, path, forwarded, message.clone())
+            .await?;
+        if let Some(floor) = &self.revision_floor
             && floor.judge(path.path(), &message, &response) == ordering::Verdict::Reask
         {
             // A lagging member's answer (or one the floor could not judge yet): etcd's linearizable read is at least
             // as new as any it returned, and teaches the floor a committed revision.
             self.metrics.serializable_reads_reasked.inc();
             let linearizable = ordering::linearizable(&message);
-            let again = forwarded.request(linearizable.clone());
-            let response = self.unary_unordered(retry, &path, again).await?;
+            let response = self
+                .unary_unordered(retry, path, forwarded, linearizable.clone())
+                .await?;
             floor.judge(path.path(), &linearizable, &response);
-            return Ok(Response::new(response));
+            return Ok(response);
         }
-        Ok(Response::new(response))
+        Ok(response)
     }
 
     /// A unary call with no revision ordering: its answer goes to no client as it is.
@@ -104,13 +119,16 @@ impl Upstream {
         self: &Arc<Self>,
         retry: Retry,
         path: &PathAndQuery,
-        request: Request<Bytes>,
+        forwarded: &Forwarded,
+        message: Bytes,
     ) -> Result<Bytes, Status> {
         let call = |mut grpc: tonic::client::Grpc<Channel>, request| {
             let path = path.clone();
             async move { grpc.unary(request, path, RawCodec).await }
         };
-        let (_, response) = self.with_retries(retry, path, request, call).await?;
+        let (_, response) = self
+            .with_retries(retry, path, forwarded, message, call)
+            .await?;
         Ok(response)
     }
 
@@ -121,11 +139,19 @@ impl Upstream {
         path: PathAndQuery,
         request: Request<Bytes>,
     ) -> Result<Response<BoxStream<Bytes>>, Status> {
+        let forwarded = Forwarded::capture(&request);
+        let open = |mut grpc: tonic::client::Grpc<Channel>, request| {
+            let path = path.clone();
+            async move { grpc.server_streaming(request, path, RawCodec).await }
+        };
         let (pick, response) = self
-            .with_retries(Retry::ReadOnly, &path, request, |mut grpc, request| {
-                let path = path.clone();
-                async move { grpc.server_streaming(request, path, RawCodec).await }
-            })
+            .with_retries(
+                Retry::ReadOnly,
+                &path,
+                &forwarded,
+                request.into_inner(),
+                open,
+            )
             .await?;
         Ok(Response::new(self.relay(pick, response)))
     }
@@ -144,9 +170,10 @@ impl Upstream {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        let request = request.map(|message| Bytes::from(message.encode_to_vec()));
+        let forwarded = Forwarded::capture(&request);
+        let message = Bytes::from(request.into_inner().encode_to_vec());
         let path_and_query = PathAndQuery::from_static(path);
-        let answer = self.unary_unordered(retry, &path_and_query, request);
+        let answer = self.unary_unordered(retry, &path_and_query, &forwarded, message);
         let bytes = tokio::time::timeout(super::OWN_CALL_DEADLINE, answer)
             .await
             .map_err(|_| {
@@ -231,20 +258,19 @@ impl Upstream {
         self: &Arc<Self>,
         retry: Retry,
         path: &PathAndQuery,
-        request: Request<Bytes>,
+        forwarded: &Forwarded,
+        message: Bytes,
         call: F,
     ) -> Result<(Active, Resp), Status>
     where
         F: Fn(tonic::client::Grpc<Channel>, Request<Bytes>) -> Fut,
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
-        let forwarded = Forwarded::capture(&request);
-        let message = request.into_inner();
         self.check_send(&message)?;
         let deadline = forwarded
             .deadline
             .unwrap_or_else(|| Instant::now() + DEFAULT_RETRY_WINDOW);
-        let attempt_on = |pick: Active| self.attempt(pick, path, &forwarded, &message, &call);
+        let attempt_on = |pick: Active| self.attempt(pick, path, forwarded, &message, &call);
         let mut attempt = 0;
         loop {
             attempt += 1;
