@@ -471,7 +471,7 @@ fn cache_gauges(text: &str) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_resting() {
-    use proxy::cache::store::{MISSES_TO_RETIRE, RESTING_READS};
+    use proxy::cache::store::{MISSES_TO_RETIRE, UNANSWERED_FOR};
     let Some(binaries) = support::etcd() else {
         return;
     };
@@ -479,28 +479,33 @@ async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_r
         _cluster,
         proxy,
         mut direct,
-        mut through,
+        through,
     } = Stack::start(&binaries).await;
     put(&mut direct, "k", "v").await;
-    read(&mut through, serializable("k", b"")).await;
+    read(&mut through.clone(), serializable("k", b"")).await;
     first_answer_from_the_copy(&through, &proxy, serializable("k", b"")).await;
     assert_eq!(cache_gauges(&proxy.metrics().await), (1.0, 0.0));
     let (hits_before, _) = hits_and_misses(&proxy.metrics().await);
 
     // Each write through the proxy elsewhere moves the revision a serializable read of "k" must reach. Only a
     // progress answer (etcd 3.5.8 on) can bring the copy of "k" there; before, it never answers again.
-    let mut read_after_write = async || {
+    let read_after_write = |mut through: KvClient<Channel>| async move {
         let written = put(&mut through, "elsewhere", "x").await;
         let answer = read(&mut through, serializable("k", b"")).await;
         assert_eq!(answer.kvs[0].value, b"v"[..]);
         assert!(revision(&answer) >= written, "{answer:?}");
     };
-    for _ in 0..MISSES_TO_RETIRE {
-        read_after_write().await;
-    }
-    let (hits, _) = hits_and_misses(&proxy.metrics().await);
+    let started = tokio::time::Instant::now();
     if progress_moves_copies(binaries.version) {
-        assert_eq!(hits - hits_before, f64::from(MISSES_TO_RETIRE));
+        let reads = 2 * MISSES_TO_RETIRE;
+        while started.elapsed() < 2 * UNANSWERED_FOR {
+            read_after_write(through.clone()).await;
+        }
+        for _ in 0..reads {
+            read_after_write(through.clone()).await;
+        }
+        let (hits, _) = hits_and_misses(&proxy.metrics().await);
+        assert!(hits - hits_before >= f64::from(reads), "{hits} hits");
         assert_eq!(
             cache_gauges(&proxy.metrics().await),
             (1.0, 0.0),
@@ -508,17 +513,36 @@ async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_r
         );
         return;
     }
+    let mut reads = 0;
+    wait_for("the copy retired", DELIVERY_GUARD, || {
+        reads += 1;
+        let (through, proxy) = (through.clone(), &proxy);
+        async move {
+            read_after_write(through).await;
+            match cache_gauges(&proxy.metrics().await) {
+                (0.0, 1.0) => Ok(()),
+                other => Err(format!("ranges held and retired: {other:?}")),
+            }
+        }
+    })
+    .await;
+    let (hits, _) = hits_and_misses(&proxy.metrics().await);
     assert_eq!(hits, hits_before, "an older etcd's copy cannot answer");
-    assert_eq!(
-        cache_gauges(&proxy.metrics().await),
-        (0.0, 1.0),
-        "retired after {MISSES_TO_RETIRE} misses in a row"
+    assert!(
+        reads >= MISSES_TO_RETIRE && started.elapsed() >= UNANSWERED_FOR,
+        "retired after only {reads} misses in {:?}",
+        started.elapsed()
     );
-    // It rests: its reads go to etcd without filling a copy, until the last of them fills one again.
-    for _ in 1..RESTING_READS {
-        read_after_write().await;
-    }
-    assert_eq!(cache_gauges(&proxy.metrics().await), (0.0, 1.0));
-    read_after_write().await;
-    assert_eq!(cache_gauges(&proxy.metrics().await), (1.0, 1.0));
+    // Its range rests, then a read fills it again.
+    wait_for("the range filled again", DELIVERY_GUARD, || {
+        let (through, proxy) = (through.clone(), &proxy);
+        async move {
+            read_after_write(through).await;
+            match cache_gauges(&proxy.metrics().await) {
+                (1.0, 1.0) => Ok(()),
+                other => Err(format!("ranges held and retired: {other:?}")),
+            }
+        }
+    })
+    .await;
 }

@@ -16,7 +16,8 @@ use proto::etcdserverpb::{WatchCreateRequest, WatchResponse};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::store::{Evicted, Store, WatchId};
+use super::rest::Resting;
+use super::store::{Evicted, Retired, Store, WatchId};
 use crate::metrics::Metrics;
 use crate::upstream::identity::Identity;
 use crate::upstream::{Upstream, shutting_down};
@@ -30,6 +31,8 @@ const STREAM_BUFFER: usize = 4096;
 /// The cache's state under one lock.
 pub struct State {
     pub store: Store,
+    /// Ranges whose copy was retired, not filled again for a while.
+    pub resting: Resting,
     stream: Option<StreamHandle>,
     /// Progress requests sent on the current stream, and whether the last is unanswered.
     progress_sent: u64,
@@ -85,6 +88,7 @@ impl Feed {
         Self {
             state: Mutex::new(State {
                 store,
+                resting: Resting::default(),
                 stream: None,
                 progress_sent: 0,
                 progress_in_flight: false,
@@ -157,15 +161,11 @@ impl Feed {
         Self::cancel_watchers(state, evicted.watch_ids);
     }
 
-    /// Cancels the watchers of copies retired for failing to answer ([`super::store::Store::missed`]).
-    pub fn retire(&self, state: &State, retired: Evicted) {
-        if retired.watch_ids.is_empty() {
-            return;
-        }
-        self.metrics
-            .cache_retirements
-            .inc_by(retired.watch_ids.len() as u64);
-        Self::cancel_watchers(state, retired.watch_ids);
+    /// Cancels the watcher of a copy retired at `now` for failing to answer ([`Store::missed`]); its range rests.
+    pub fn retire(&self, state: &mut State, retired: Retired, now: Instant) {
+        self.metrics.cache_retirements.inc();
+        Self::cancel_watchers(state, vec![retired.watch_id]);
+        state.resting.retired(retired, now);
         self.update_gauges(state);
     }
 

@@ -13,14 +13,15 @@
 //!   that it reflects every write acknowledged before it (from etcd 3.5.8, whose progress answers can move a copy).
 //!
 //! A read the cache cannot answer in time goes to etcd, as without a cache. A copy that cannot answer 32 reads in a
-//! row (before etcd 3.5.8 every write through the proxy elsewhere leaves it behind; a range written faster than it
-//! is read) is retired, so that it stops costing, and its range is not filled again for its next 1024 reads
-//! ([`store::MISSES_TO_RETIRE`], [`store::RESTING_READS`]).
+//! row over 2 s (before etcd 3.5.8 every write through the proxy elsewhere leaves it behind; a range written faster
+//! than it is read) is retired, so that it stops costing, and its range rests before it is filled again
+//! ([`store::MISSES_TO_RETIRE`], [`rest`]).
 //!
 //! - [`consistent`]: the revision a linearizable read from the cache must reach.
 //! - [`permission`]: when a read must be checked with etcd before a copy answers it.
 //! - [`query`]: which requests the cache can answer, and the answer from a range's keys.
-//! - [`store`]: the copies, bounded in bytes, least recently read evicted first.
+//! - [`store`]: the copies, bounded in bytes, least recently read evicted first, retired when they keep missing.
+//! - [`rest`]: the ranges whose copy was retired, resting before they are filled again.
 //! - [`feed`]: the cache's own watch stream that keeps the copies current.
 //!
 //! With auth on, copies are watched with the proxy's own identity (`--user`), and a caller gets a copy's answer
@@ -33,6 +34,7 @@ pub mod consistent;
 pub mod feed;
 pub mod permission;
 pub mod query;
+pub mod rest;
 pub mod store;
 
 use std::collections::HashMap;
@@ -340,12 +342,15 @@ impl Cache {
     /// filled.
     fn missed(&self, query: &Query, answer: &Bytes) {
         {
+            let now = Instant::now();
             let mut state = self.feed.lock();
-            let retired = state.store.missed(&query.range);
-            self.feed.retire(&state, retired);
+            if let Some(retired) = state.store.missed(&query.range, now) {
+                self.feed.retire(&mut state, retired, now);
+            }
             // A range with a copy already (or resting) is not filled: not decoding the answer then keeps a miss as
             // cheap as a read with the cache off, plus the copy lookups.
-            if !state.store.may_fill(&query.range) {
+            if state.store.get(&query.range).is_some() || !state.resting.may_fill(&query.range, now)
+            {
                 return;
             }
         }

@@ -1,13 +1,15 @@
 //! The cache's copies of ranges: for each, every key of the range at a known revision, kept current by applying
 //! the events of the range's watcher. Bounded in bytes; the least recently read ranges go first. A read is
 //! answered from the copy of its own range or of a range that covers it (one key of a cached prefix, say). A copy
-//! that keeps failing to answer is retired, and its range rests for a while before it is filled again.
+//! that keeps failing to answer is retired ([`super::rest`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use bytes::Bytes;
 use proto::etcdserverpb::ResponseHeader;
 use proto::mvccpb::{Event, KeyValue, event::EventType};
+use tokio::time::Instant;
 
 use super::query::KeyRange;
 
@@ -20,17 +22,19 @@ const RANGE_OVERHEAD: usize = 256;
 /// tiny ranges (single keys read once each) would otherwise cost etcd a watcher per key read.
 pub const MAX_COPIES: usize = 4096;
 
-/// Reads in a row that a copy may fail to answer (not at the revision they needed in time) before it is retired:
-/// dropped with its watcher, so that a copy that cannot answer stops costing (its events applied, its watcher on
-/// etcd, its lookups). Before etcd 3.5.8 a copy moves by its own range's events only, so every write through the
-/// proxy elsewhere leaves it behind the revision a serializable read needs; and a range written faster than it is
-/// read is behind more often than not. A copy that answers now and then is kept: any answer starts the count again.
+/// Reads that a copy may fail to answer in a row (not at the revision they needed in time), over at least
+/// [`UNANSWERED_FOR`], before it is retired: dropped with its watcher, so that a copy that cannot answer stops
+/// costing (its events applied, its watcher on etcd). Before etcd 3.5.8 a copy moves by its own range's events
+/// only, so every write through the proxy elsewhere leaves it behind the revision a serializable read needs; and a
+/// range written faster than it is read is behind more often than not. A copy that answers now and then is kept:
+/// any answer starts the count again.
 pub const MISSES_TO_RETIRE: u32 = 32;
 
-/// Reads of a retired range that go to etcd before it may be filled again: long enough that a range whose copy
-/// keeps missing costs little more than a read without the cache, short enough that a range whose writes stop
-/// (or whose etcd is upgraded) is cached again soon.
-pub const RESTING_READS: u32 = 1024;
+/// How long a copy must have failed to answer before it is retired, whatever the number of reads: longer than a
+/// new copy takes to be of use (its watcher confirmed by etcd, and two of etcd's resync periods for a
+/// linearizable read's progress answer), so that a hot range read thousands of times a second is not retired
+/// while its copy warms up.
+pub const UNANSWERED_FOR: Duration = Duration::from_secs(2);
 
 /// The watch id of a copy's watcher on the cache's stream.
 pub type WatchId = i64;
@@ -49,8 +53,11 @@ pub struct Copy {
     pub covered_from: Option<u64>,
     bytes: usize,
     last_used: u64,
-    /// Reads in a row it could not answer ([`MISSES_TO_RETIRE`]).
+    /// Reads in a row it could not answer ([`MISSES_TO_RETIRE`]), since the first of them.
     misses: u32,
+    first_miss: Option<Instant>,
+    /// It answered a read since it was filled: a copy of use, should it be retired later.
+    answered_once: bool,
 }
 
 impl Copy {
@@ -66,6 +73,8 @@ impl Copy {
     /// The copy answered a read: it is worth its cost, and the count of reads it missed starts again.
     pub fn answered(&mut self) {
         self.misses = 0;
+        self.first_miss = None;
+        self.answered_once = true;
     }
 
     /// A header for an answer from this copy.
@@ -75,6 +84,15 @@ impl Copy {
             ..self.header
         }
     }
+}
+
+/// A copy retired for failing to answer ([`Store::missed`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Retired {
+    pub watch_id: WatchId,
+    pub range: KeyRange,
+    /// It had answered some read before it stopped answering.
+    pub answered_once: bool,
 }
 
 /// What a change to the store did, for the metrics and the watchers.
@@ -94,9 +112,6 @@ pub struct Store {
     by_watch: HashMap<WatchId, KeyRange>,
     /// Ranges by last use, oldest first.
     recency: BTreeMap<u64, KeyRange>,
-    /// Retired ranges, with the reads of each still to go to etcd before it may be filled again
-    /// ([`RESTING_READS`]); at most [`MAX_COPIES`].
-    resting: HashMap<KeyRange, u32>,
     clock: u64,
     next_watch: WatchId,
 }
@@ -110,7 +125,6 @@ impl Store {
             wide: BTreeSet::new(),
             by_watch: HashMap::new(),
             recency: BTreeMap::new(),
-            resting: HashMap::new(),
             clock: 0,
             next_watch: 1,
         }
@@ -162,51 +176,37 @@ impl Store {
             .max_by_key(|copy| (copy.covered_from.is_some(), copy.revision))
     }
 
-    /// A read of `range` went to etcd: the copy that answers such reads, if any, could not answer it, and is
-    /// retired after [`MISSES_TO_RETIRE`] in a row (returned, for its watcher to be cancelled); a retired range
-    /// counts its reads towards its next fill.
-    pub fn missed(&mut self, range: &KeyRange) -> Evicted {
-        let Some(copy) = self.get(range) else {
-            if let Some(left) = self.resting.get_mut(range) {
-                *left -= 1;
-                if *left == 0 {
-                    self.resting.remove(range);
-                }
-            }
-            return Evicted::default();
-        };
-        let (own, watch_id) = (copy.range.clone(), copy.watch_id);
+    /// A read of `range` went to etcd at `now`: the copy that answers such reads, if any, could not answer it. It
+    /// is retired after [`MISSES_TO_RETIRE`] in a row over [`UNANSWERED_FOR`] at least (returned, for its watcher
+    /// to be cancelled and its range to rest).
+    pub fn missed(&mut self, range: &KeyRange, now: Instant) -> Option<Retired> {
+        let own = self.get(range)?.range.clone();
         let copy = self.copies.get_mut(&own).expect("just found");
         copy.misses += 1;
-        if copy.misses < MISSES_TO_RETIRE {
-            return Evicted::default();
+        let since = *copy.first_miss.get_or_insert(now);
+        if copy.misses < MISSES_TO_RETIRE || now.saturating_duration_since(since) < UNANSWERED_FOR {
+            return None;
         }
-        self.drop_watch(watch_id);
-        if self.resting.len() < MAX_COPIES {
-            self.resting.insert(own, RESTING_READS);
-        }
-        Evicted {
-            watch_ids: vec![watch_id],
-        }
-    }
-
-    /// Whether a read of `range` that went to etcd may fill a copy: no copy answers reads of it, and it is not
-    /// resting after a retirement.
-    pub fn may_fill(&self, range: &KeyRange) -> bool {
-        !self.resting.contains_key(range) && self.get(range).is_none()
+        let retired = Retired {
+            watch_id: copy.watch_id,
+            answered_once: copy.answered_once,
+            range: own,
+        };
+        self.drop_watch(retired.watch_id);
+        Some(retired)
     }
 
     /// Adds a copy of `range` filled from an answer at `header.revision`; returns its new watch id (the watcher to
     /// create from the next revision) and the copies evicted to make room. `None` when the range is already
-    /// cached (or covered by a cached range), is resting after a retirement, or would take more than an eighth of
-    /// the bound.
+    /// cached (or covered by a cached range) or would take more than an eighth of the bound. (Whether a retired
+    /// range has rested enough is the caller's question: [`super::rest::Resting`].)
     pub fn fill(
         &mut self,
         range: KeyRange,
         kvs: Vec<KeyValue>,
         header: ResponseHeader,
     ) -> Option<(WatchId, Evicted)> {
-        if !self.may_fill(&range) {
+        if self.get(&range).is_some() {
             return None;
         }
         let bytes = RANGE_OVERHEAD + kvs.iter().map(cost).sum::<usize>();
@@ -226,6 +226,8 @@ impl Store {
             bytes,
             last_used: self.clock,
             misses: 0,
+            first_miss: None,
+            answered_once: false,
         };
         self.bytes += bytes;
         self.by_watch.insert(watch_id, range.clone());
@@ -568,44 +570,52 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_that_misses_reads_in_a_row_is_retired_and_its_range_rests() {
+    fn a_copy_is_retired_after_missing_reads_in_a_row_over_a_while() {
         let mut store = Store::new(1 << 20);
         let range = prefix("a/");
         let (id, _) = store.fill(range.clone(), vec![], at(2)).unwrap();
-        for _ in 1..MISSES_TO_RETIRE {
-            assert_eq!(store.missed(&range), Evicted::default());
+        let t = Instant::now();
+        // Any number of misses within UNANSWERED_FOR (a copy warming up): kept.
+        for _ in 0..10 * MISSES_TO_RETIRE {
+            assert_eq!(store.missed(&range, t), None);
         }
-        // One answer and the count starts again.
+        // One answer, and both counts start again.
         store.read(&range).unwrap().answered();
+        let later = t + UNANSWERED_FOR * 3;
         for _ in 1..MISSES_TO_RETIRE {
-            assert_eq!(store.missed(&range), Evicted::default());
+            assert_eq!(store.missed(&range, later), None);
         }
-        assert!(store.get(&range).is_some(), "not yet");
-        assert_eq!(store.missed(&range).watch_ids, [id], "retired");
+        assert_eq!(
+            store.missed(&range, later + UNANSWERED_FOR / 2),
+            None,
+            "the first was at `later`: 32 misses, but too soon"
+        );
+        let retired = store
+            .missed(&range, later + UNANSWERED_FOR)
+            .expect("retired");
+        assert_eq!(
+            retired,
+            Retired {
+                watch_id: id,
+                range: range.clone(),
+                answered_once: true
+            }
+        );
         assert!(store.is_empty());
         assert_eq!(store.bytes(), 0);
-        // It rests: no copy until it has been read RESTING_READS more times.
-        for _ in 0..RESTING_READS {
-            assert!(!store.may_fill(&range));
-            assert!(store.fill(range.clone(), vec![], at(3)).is_none());
-            assert_eq!(store.missed(&range), Evicted::default());
-        }
-        assert!(store.may_fill(&range));
-        let (again, _) = store.fill(range.clone(), vec![], at(4)).unwrap();
-        assert_ne!(again, id);
+        assert_eq!(store.missed(&range, later), None, "nothing left to miss");
     }
 
     #[test]
     fn a_read_inside_a_cached_range_counts_against_the_copy_that_covers_it() {
         let mut store = Store::new(1 << 20);
         let (id, _) = store.fill(prefix("a/"), vec![], at(2)).unwrap();
-        let one = key("a/1");
+        let t = Instant::now();
         for _ in 1..MISSES_TO_RETIRE {
-            store.missed(&one);
+            assert_eq!(store.missed(&key("a/1"), t), None);
         }
-        assert_eq!(store.missed(&prefix("a/")).watch_ids, [id]);
-        // The covering range rests; the key's own range may have a copy.
-        assert!(!store.may_fill(&prefix("a/")));
-        assert!(store.may_fill(&one));
+        let retired = store.missed(&key("a/2"), t + UNANSWERED_FOR).unwrap();
+        assert_eq!((retired.watch_id, retired.range), (id, prefix("a/")));
+        assert!(!retired.answered_once);
     }
 }
