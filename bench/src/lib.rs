@@ -1,5 +1,6 @@
 //! Side-by-side benchmark of direct etcd, etcd's Go grpc-proxy and this proxy (with its range cache, and for the
-//! read scenarios and write-to-visible without it too), in one run.
+//! read scenarios and write-to-visible without it too, and there with `--baseline-bin` another build of it), in one
+//! run.
 //!
 //! Data flows: [`plan`] (what to run) → [`runner`] (per etcd version a fresh [`services::Stack`]; per scenario
 //! rounds over its targets, [`plan::Scenario::targets`]) → [`load`] (tonic clients drive the scenario) and [`meter`] (etcd's /metrics

@@ -69,6 +69,13 @@ struct Args {
     /// runs with different flags.
     #[arg(long = "proxy-arg", allow_hyphen_values = true)]
     proxy_args: Vec<String>,
+    /// Another build of this proxy (e.g. one of an older commit) to measure this one against: every case that
+    /// visits `this-proxy-nocache` (range, mixed and write-to-visible) visits it too, as `baseline-proxy`, a
+    /// process in front of the same etcd started as `this-proxy` is (with --namespace and the TLS flags) but with
+    /// its own default range cache and without the --proxy-arg flags, which an old build may not know. None by
+    /// default.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["render", "compare"])]
+    baseline_bin: Option<PathBuf>,
     /// Mutual TLS on every link: etcd serves TLS with --client-cert-auth, both proxies dial it over TLS (a client
     /// certificate without a Common Name) and serve TLS requiring a client certificate, and the benchmark's clients
     /// present one; certificates made for the run. `--tls=both`: each case on a plaintext stack and on a TLS
@@ -129,35 +136,7 @@ fn main() -> ExitCode {
         return compare(&jsons[0], &jsons[1], &args.out_dir);
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let plan = Plan {
-        name: args.name,
-        out_dir: args.out_dir,
-        etcds: args.etcds,
-        proxy_bin: args.proxy_bin.unwrap_or_default(),
-        namespace: args.namespace,
-        proxy_args: args.proxy_args,
-        tls: args.tls,
-        scenarios: match (args.scenarios.is_empty(), args.scale) {
-            (false, _) => args.scenarios,
-            (true, true) => vec![Scenario::WatchFanout, Scenario::LeaseKeepalive],
-            (true, false) => Scenario::ALL.to_vec(),
-        },
-        sizes: match (args.quick, args.scale) {
-            (true, _) => Sizes::quick(),
-            (_, true) => Sizes::scale(),
-            _ => args.sizes,
-        },
-        timing: match (args.quick, args.scale) {
-            (true, _) => Timing::quick(),
-            (_, true) => Timing::scale(),
-            _ => args.timing,
-        },
-        fresh_stack: args.fresh_stack || args.scale,
-        check_targets: args.scale,
-        seed: args.seed,
-        machine: args.machine,
-        command: std::env::var("BENCH_COMMAND").unwrap_or(command),
-    };
+    let plan = plan_of(args, std::env::var("BENCH_COMMAND").unwrap_or(command));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -185,6 +164,40 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The side-by-side run the command line asks for, `command` reproducing it in the report.
+fn plan_of(args: Args, command: String) -> Plan {
+    Plan {
+        name: args.name,
+        out_dir: args.out_dir,
+        etcds: args.etcds,
+        proxy_bin: args.proxy_bin.unwrap_or_default(),
+        namespace: args.namespace,
+        proxy_args: args.proxy_args,
+        baseline_bin: args.baseline_bin,
+        tls: args.tls,
+        scenarios: match (args.scenarios.is_empty(), args.scale) {
+            (false, _) => args.scenarios,
+            (true, true) => vec![Scenario::WatchFanout, Scenario::LeaseKeepalive],
+            (true, false) => Scenario::ALL.to_vec(),
+        },
+        sizes: match (args.quick, args.scale) {
+            (true, _) => Sizes::quick(),
+            (_, true) => Sizes::scale(),
+            _ => args.sizes,
+        },
+        timing: match (args.quick, args.scale) {
+            (true, _) => Timing::quick(),
+            (_, true) => Timing::scale(),
+            _ => args.timing,
+        },
+        fresh_stack: args.fresh_stack || args.scale,
+        check_targets: args.scale,
+        seed: args.seed,
+        machine: args.machine,
+        command,
+    }
 }
 
 /// `bench failover`: runs, prints the markdown, writes it and the JSON. Fails when a phase could not be run.
@@ -377,6 +390,7 @@ fn render(json: &Path, out_dir: &Path) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench::plan::Target;
 
     /// What `overridden_flags` says of a command line (after the binary's name and a target).
     fn refusal(flags: &[&str]) -> Option<String> {
@@ -479,6 +493,93 @@ mod tests {
         };
         assert_eq!((options.watchers, options.seconds), (10, 2.0));
         assert!(options.etcd.is_none());
+    }
+
+    #[test]
+    fn the_baseline_build_is_visited_exactly_where_this_proxy_without_its_cache_is_and_only_with_the_flag()
+     {
+        let plan = |flags: &[&str]| {
+            let line = ["bench", "--etcd", "3.5.1=/usr/bin/etcd", "--proxy-bin", "p"];
+            let args =
+                Args::try_parse_from(line.iter().chain(flags)).expect("the command line parses");
+            plan_of(args, "c".into())
+        };
+        let without = plan(&[]);
+        let with = plan(&[
+            "--baseline-bin",
+            "/tmp/proxy-77cfd39",
+            "--proxy-arg=--worker-threads=2",
+        ]);
+        assert_eq!(without.baseline_bin, None);
+        assert_eq!(
+            with.baseline_bin.as_deref(),
+            Some(Path::new("/tmp/proxy-77cfd39"))
+        );
+        for scenario in Scenario::ALL {
+            let nocache = without
+                .targets(scenario)
+                .contains(&Target::RustProxyNoCache);
+            assert_eq!(
+                without.targets(scenario),
+                scenario.targets(),
+                "{}",
+                scenario.label()
+            );
+            assert!(!without.targets(scenario).contains(&Target::BaselineProxy));
+            assert_eq!(
+                with.targets(scenario).contains(&Target::BaselineProxy),
+                nocache,
+                "{}: the baseline where the nocache target is",
+                scenario.label()
+            );
+        }
+        for refused in [
+            ["bench", "--baseline-bin", "b", "--render", "r.json"].as_slice(),
+            &[
+                "bench",
+                "--baseline-bin",
+                "b",
+                "--compare",
+                "a.json",
+                "b.json",
+            ],
+            &["bench", "--baseline-bin", "b", "tree"],
+        ] {
+            assert!(
+                Args::try_parse_from(refused).is_err(),
+                "a flag of the side-by-side run only: {refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reports_written_before_the_baseline_build_still_load_and_render_without_it() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&dir).expect("bench/results") {
+            let path = entry.expect("a directory entry").path();
+            let text = match path.extension() {
+                Some(ext) if ext == "json" => std::fs::read_to_string(&path).expect("readable"),
+                _ => continue,
+            };
+            // The side-by-side runs' reports; the other modes write reports of their own.
+            let value: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            if value.get("sizes").is_none() || value.get("versions").is_none() {
+                continue;
+            }
+            let report = read_report(&path).unwrap_or_else(|e| panic!("{e}"));
+            if value.get("baseline_bin").is_none() {
+                assert_eq!(report.baseline_bin, None);
+                let markdown = bench::report::table::markdown(&report);
+                assert!(!markdown.contains("baseline"), "{}", path.display());
+                loaded += 1;
+            }
+        }
+        assert!(
+            loaded > 0,
+            "no report older than the flag in {}",
+            dir.display()
+        );
     }
 
     #[test]

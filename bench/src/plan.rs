@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// The things the same load is driven at, in the order every round visits them. Every scenario visits the first
 /// three ([`Target::BASE`]); the read scenarios also visit this proxy with its range cache off
-/// ([`Scenario::targets`]).
+/// ([`Scenario::targets`]), and with `--baseline-bin` an older build of it ([`Scenario::targets_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Target {
     /// etcd itself, no proxy.
@@ -23,19 +23,32 @@ pub enum Target {
     /// `etcd-grpc-proxy start --range-cache-max-bytes=0`: this project with its range cache off, a second process
     /// in front of the same etcd, started only when a scenario of the run visits it.
     RustProxyNoCache,
+    /// `--baseline-bin`: another build of this proxy (an older commit, to measure a change against), started as
+    /// [`Target::RustProxy`] is but with its own default range cache and without `--proxy-arg`; visited wherever
+    /// [`Target::RustProxyNoCache`] is, and only when the run names the binary.
+    BaselineProxy,
 }
 
 impl Target {
     /// Every target, in the order a round visits them.
-    pub const ALL: [Target; 4] = [
+    pub const ALL: [Target; 5] = [
+        Target::Direct,
+        Target::GoProxy,
+        Target::RustProxy,
+        Target::RustProxyNoCache,
+        Target::BaselineProxy,
+    ];
+
+    /// The targets every scenario visits.
+    pub const BASE: [Target; 3] = [Target::Direct, Target::GoProxy, Target::RustProxy];
+
+    /// The targets of the scenarios where what the range cache changes is measured (without `--baseline-bin`).
+    pub const WITH_NOCACHE: [Target; 4] = [
         Target::Direct,
         Target::GoProxy,
         Target::RustProxy,
         Target::RustProxyNoCache,
     ];
-
-    /// The targets every scenario visits.
-    pub const BASE: [Target; 3] = [Target::Direct, Target::GoProxy, Target::RustProxy];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -43,6 +56,7 @@ impl Target {
             Target::GoProxy => "go-proxy",
             Target::RustProxy => "this-proxy",
             Target::RustProxyNoCache => "this-proxy-nocache",
+            Target::BaselineProxy => "baseline-proxy",
         }
     }
 
@@ -117,10 +131,22 @@ impl Scenario {
     /// their cost unchanged.
     pub fn targets(self) -> &'static [Target] {
         if self.reads() || self == Scenario::WriteToVisible {
-            &Target::ALL
+            &Target::WITH_NOCACHE
         } else {
             &Target::BASE
         }
+    }
+
+    /// [`Scenario::targets`], and with `baseline` (`--baseline-bin`) the older build after them wherever this proxy
+    /// without its cache is visited: the cases where a change to this proxy shows, while the others keep their cost.
+    pub fn targets_with(self, baseline: bool) -> Vec<Target> {
+        let targets = self.targets();
+        let visits_baseline = baseline && targets.contains(&Target::RustProxyNoCache);
+        targets
+            .iter()
+            .copied()
+            .chain(visits_baseline.then_some(Target::BaselineProxy))
+            .collect()
     }
 
     /// Whether the scenario's load is (mostly) Range calls a range cache can answer: its reports show the Range
@@ -394,7 +420,7 @@ pub struct Timing {
     #[arg(long, default_value_t = 0.5)]
     pub warmup_seconds: f64,
     /// Rounds: each round runs the scenario once at every target, in the order direct, Go proxy, this proxy (and,
-    /// for the read scenarios, this proxy with its range cache off).
+    /// for the read scenarios, this proxy with its range cache off, then the --baseline-bin build if given).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
 }
@@ -452,11 +478,21 @@ pub struct Plan {
     pub namespace: String,
     /// Flags for this proxy only (`--proxy-arg`), after the benchmark's own.
     pub proxy_args: Vec<String>,
+    /// Another build of this proxy (`--baseline-bin`), the [`Target::BaselineProxy`] of the cases that visit this
+    /// proxy without its cache; none by default.
+    pub baseline_bin: Option<PathBuf>,
     /// Mutual TLS everywhere (see [`crate::tls`]): etcd with `--client-cert-auth`, both proxies towards etcd and
     /// towards their clients, and the benchmark's clients: what TLS costs each proxy.
     pub tls: TlsMode,
     /// Judge the watch and lease scenarios against the targets of issues 5 and 6 in the report.
     pub check_targets: bool,
+}
+
+impl Plan {
+    /// The targets each round of `scenario` visits in this run, in order ([`Scenario::targets_with`]).
+    pub fn targets(&self, scenario: Scenario) -> Vec<Target> {
+        scenario.targets_with(self.baseline_bin.is_some())
+    }
 }
 
 /// One scenario at one setting: the watch fan-out runs once per put rate, everything else once.
@@ -525,6 +561,47 @@ mod tests {
             single[0].variant(&Sizes::quick()),
             None,
             "one rate needs no name"
+        );
+    }
+
+    #[test]
+    fn the_baseline_is_visited_exactly_where_this_proxy_without_its_cache_is_and_only_with_the_flag()
+     {
+        for scenario in Scenario::ALL {
+            let nocache = scenario.targets().contains(&Target::RustProxyNoCache);
+            assert_eq!(
+                scenario.targets_with(false),
+                scenario.targets(),
+                "{}: without the flag nothing changes",
+                scenario.label()
+            );
+            let with = scenario.targets_with(true);
+            assert_eq!(
+                with.contains(&Target::BaselineProxy),
+                nocache,
+                "{}",
+                scenario.label()
+            );
+            assert_eq!(
+                with.iter()
+                    .filter(|&&t| t != Target::BaselineProxy)
+                    .copied()
+                    .collect::<Vec<_>>(),
+                scenario.targets(),
+                "{}: the other targets, in their order",
+                scenario.label()
+            );
+            if nocache {
+                assert_eq!(with.last(), Some(&Target::BaselineProxy), "visited last");
+            }
+        }
+        assert!(
+            Scenario::Mixed
+                .targets_with(true)
+                .contains(&Target::BaselineProxy)
+                && !Scenario::Put
+                    .targets_with(true)
+                    .contains(&Target::BaselineProxy)
         );
     }
 

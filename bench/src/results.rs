@@ -401,6 +401,10 @@ pub struct Report {
     /// Which links were mutual TLS (`--tls`).
     #[serde(default)]
     pub tls: TlsMode,
+    /// The binary of [`Target::BaselineProxy`] as given (`--baseline-bin`); none in a run without it, and in
+    /// reports written before the flag (the field is then absent, and left out again when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_bin: Option<std::path::PathBuf>,
     pub versions: Vec<VersionResult>,
 }
 
@@ -436,6 +440,39 @@ mod tests {
                 .expect("stats")
                 .reads_per_write
                 .is_nan()
+        );
+    }
+
+    fn report(baseline_bin: Option<&str>) -> Report {
+        Report {
+            name: "r".into(),
+            machine: "m".into(),
+            command: "c".into(),
+            sizes: Sizes::quick(),
+            timing: Timing::quick(),
+            seed: 1,
+            check_targets: false,
+            tls: TlsMode::Off,
+            baseline_bin: baseline_bin.map(Into::into),
+            versions: vec![],
+        }
+    }
+
+    #[test]
+    fn a_report_without_a_baseline_build_writes_no_field_for_it_and_an_older_one_without_the_field_loads()
+     {
+        let json = serde_json::to_value(report(None)).expect("serializes");
+        assert!(
+            json.get("baseline_bin").is_none(),
+            "no new field without the flag: {json}"
+        );
+        let older: Report = serde_json::from_value(json).expect("a report without the field loads");
+        assert_eq!(older.baseline_bin, None);
+        let with = serde_json::to_string(&report(Some("/tmp/proxy-77cfd39"))).expect("serializes");
+        let parsed: Report = serde_json::from_str(&with).expect("parses back");
+        assert_eq!(
+            parsed.baseline_bin.as_deref(),
+            Some(std::path::Path::new("/tmp/proxy-77cfd39"))
         );
     }
 

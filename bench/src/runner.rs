@@ -2,7 +2,8 @@
 //! with its range cache off when a scenario of the run visits it; or one per scenario case with
 //! [`Plan::fresh_stack`]); for each scenario case, rounds that visit direct, Go proxy and this proxy in turn
 //! (A B C A B C ...; for the read scenarios and write-to-visible also this proxy without its cache: A B C D A B C D
-//! ..., see [`Scenario::targets`]) so that the noise of a shared machine falls on all of them alike. With `--tls` the
+//! ..., see [`Scenario::targets`]; with `--baseline-bin` also the older build: A B C D E A B C D E ..., see
+//! [`Plan::targets`]) so that the noise of a shared machine falls on all of them alike. With `--tls` the
 //! stack and every client speak mutual TLS; with `--tls=both` a plaintext stack and a TLS stack run side by side,
 //! and each round visits the targets on the one, then on the other (A B C A' B' C' ...), each transport's
 //! runs making a result of their own.
@@ -22,7 +23,7 @@ use crate::load::{Shape, drive};
 use crate::meter::Meter;
 use crate::plan::{Case, EtcdBinary, Plan, Scenario, Target};
 use crate::results::{Report, Run, ScenarioResult, VersionResult};
-use crate::services::{Service, Stack};
+use crate::services::{Extras, Service, Stack};
 use crate::sys::procfs;
 use crate::upstream;
 use testkit::http;
@@ -44,6 +45,7 @@ pub async fn run(plan: &Plan) -> Report {
         seed: plan.seed,
         check_targets: plan.check_targets,
         tls: plan.tls,
+        baseline_bin: plan.baseline_bin.clone(),
         versions,
     }
 }
@@ -73,8 +75,13 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
             } else {
                 plan.scenarios.iter().any(|&s| visits_nocache(s))
             };
+            // The baseline build runs where this proxy without its cache does (Scenario::targets_with).
+            let extras = Extras {
+                nocache,
+                baseline: plan.baseline_bin.as_deref().filter(|_| nocache),
+            };
             for &tls in transports {
-                match start_stack(plan, etcd, tls, nocache, &mut result).await {
+                match start_stack(plan, etcd, tls, extras, &mut result).await {
                     Ok(ready) => current.push(ready),
                     Err(failure) => {
                         result.failure = Some(failure);
@@ -87,7 +94,7 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
         let mut runs: Vec<Vec<Run>> = vec![Vec::new(); current.len()];
         for round in 0..plan.timing.rounds {
             for ((stack, direct), runs) in current.iter().zip(&mut runs) {
-                for &target in case.scenario.targets() {
+                for target in plan.targets(case.scenario) {
                     let run = run_once(plan, stack, direct, case, target, round).await;
                     eprintln!(
                         "bench: etcd {} {}{}{} round {} {}",
@@ -117,24 +124,28 @@ async fn run_version(plan: &Plan, etcd: &EtcdBinary) -> VersionResult {
     result
 }
 
-/// Starts etcd and both proxies (and with `nocache` this proxy with its range cache off too; with mutual TLS on
-/// every link if `tls`), records the proxies' idle memory (of the first stack of the version only) and writes the
-/// hot set; returns the stack and a channel straight to etcd.
+/// Starts etcd and both proxies (and the `extras`: this proxy with its range cache off, the baseline build; with
+/// mutual TLS on every link if `tls`), records the proxies' idle memory (of the first stack of the version only)
+/// and writes the hot set; returns the stack and a channel straight to etcd.
 async fn start_stack(
     plan: &Plan,
     etcd: &EtcdBinary,
     tls: bool,
-    nocache: bool,
+    extras: Extras<'_>,
     result: &mut VersionResult,
 ) -> Result<(Stack, Channel), String> {
     eprintln!(
-        "bench: etcd {}: starting etcd, its Go proxy and this proxy{}{}",
+        "bench: etcd {}: starting etcd, its Go proxy and this proxy{}{}{}",
         etcd.version,
-        if nocache {
+        if extras.nocache {
             " (with its range cache, and a second one without)"
         } else {
             ""
         },
+        extras.baseline.map_or(String::new(), |bin| format!(
+            ", and the baseline build {}",
+            bin.display()
+        )),
         if tls {
             ", mutual TLS on every link"
         } else {
@@ -147,11 +158,11 @@ async fn start_stack(
         &plan.namespace,
         &plan.proxy_args,
         tls,
-        nocache,
+        extras,
     )
     .await?;
     if result.idle_rss_mib.is_empty() {
-        for target in [Target::GoProxy, Target::RustProxy, Target::RustProxyNoCache] {
+        for target in Target::ALL.into_iter().filter(|&t| t != Target::Direct) {
             if let Some(pid) = stack.proxy(target).map(|p| p.pid())
                 && let Ok(memory) = procfs::memory(pid)
             {

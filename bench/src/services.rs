@@ -1,7 +1,8 @@
 //! The processes under test, each on free loopback ports: a one-member etcd ([`testkit::EtcdCluster`]), etcd's
 //! Go proxy in front of it (`etcd grpc-proxy start`, from the same etcd binary: [`GoProxy`], on the kit's
 //! [`Process`]) and this proxy in front of it with its range cache on ([`CACHE_FLAG`], [`testkit::ProxyProcess`]);
-//! when the run visits it, a second process of this proxy with its range cache off ([`NO_CACHE_FLAG`]).
+//! when the run visits it, a second process of this proxy with its range cache off ([`NO_CACHE_FLAG`]), and with
+//! `--baseline-bin` a process of another build of it ([`Target::BaselineProxy`]).
 //!
 //! Every process is the test kit's: killed by its own PID when dropped, so a failed or interrupted benchmark
 //! leaves nothing running, with its data and log in a temporary directory on tmpfs (`/dev/shm`) when there is one,
@@ -127,11 +128,22 @@ pub const CACHE_FLAG: &str = "--range-cache-max-bytes=268435456";
 /// The flag that turns this proxy's range cache off.
 pub const NO_CACHE_FLAG: &str = "--range-cache-max-bytes=0";
 
+/// The proxies of a stack besides etcd's Go proxy and this proxy with its range cache, each started only when a
+/// case on the stack visits it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras<'a> {
+    /// This proxy with its range cache off ([`Target::RustProxyNoCache`]).
+    pub nocache: bool,
+    /// Another build of this proxy ([`Target::BaselineProxy`]).
+    pub baseline: Option<&'a Path>,
+}
+
 /// One etcd and the proxies in front of it. Fields drop in order: the proxies before etcd, whose directory
 /// (holding the Go proxy's too) goes before the certificates, last.
 pub struct Stack {
     rust_proxy: ProxyProcess,
     rust_proxy_nocache: Option<ProxyProcess>,
+    baseline_proxy: Option<ProxyProcess>,
     go_proxy: GoProxy,
     etcd: EtcdCluster,
     etcd_pid: u32,
@@ -140,16 +152,17 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Starts a fresh etcd from `etcd`, then both proxies in front of it (and, with `nocache`, a second process of
-    /// this proxy with its range cache off), all with `--namespace` if not empty, this proxy with `proxy_args`
-    /// besides; with `tls`, every link is mutual TLS.
+    /// Starts a fresh etcd from `etcd`, then both proxies in front of it (and the `extras`: a second process of
+    /// this proxy with its range cache off, a process of the baseline build), all with `--namespace` if not empty,
+    /// this proxy with `proxy_args` besides (not the baseline build, which may not know them); with `tls`, every
+    /// link is mutual TLS.
     pub async fn start(
         etcd: &EtcdBinary,
         proxy_bin: &Path,
         namespace: &str,
         proxy_args: &[String],
         tls: bool,
-        nocache: bool,
+        extras: Extras<'_>,
     ) -> Result<Self, String> {
         let pki = tls.then(Pki::new).transpose()?;
         let client_tls = pki
@@ -197,14 +210,14 @@ impl Stack {
             client.cloned(),
         )
         .await?;
-        let rust_proxy_nocache = if nocache {
+        let rust_proxy_nocache = if extras.nocache {
             let mut flags = flags.clone();
             flags.push(NO_CACHE_FLAG.to_string());
             flags.extend(proxy_args.iter().cloned());
             Some(
                 ProxyProcess::start_with(
                     proxy_bin,
-                    &[upstream],
+                    std::slice::from_ref(&upstream),
                     &flags,
                     &[("RUST_LOG", "warn")],
                     client.cloned(),
@@ -214,9 +227,26 @@ impl Stack {
         } else {
             None
         };
+        // Without CACHE_FLAG, which an old build may not know: its range cache is its default (today's default is
+        // CACHE_FLAG's size), so that the baseline is the build as its users got it.
+        let baseline_proxy = match extras.baseline {
+            Some(bin) => Some(
+                ProxyProcess::start_with(
+                    bin,
+                    &[upstream],
+                    &flags,
+                    &[("RUST_LOG", "warn")],
+                    client.cloned(),
+                )
+                .await
+                .map_err(|e| format!("the baseline build {}: {e}", bin.display()))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             rust_proxy,
             rust_proxy_nocache,
+            baseline_proxy,
             go_proxy,
             etcd: cluster,
             etcd_pid,
@@ -240,8 +270,8 @@ impl Stack {
         }
     }
 
-    /// The service a target's clients talk to; an error for this proxy without its cache when the stack was started
-    /// without it.
+    /// The service a target's clients talk to; an error for this proxy without its cache or the baseline build when
+    /// the stack was started without it.
     pub fn entry(&self, target: Target) -> Result<Service, String> {
         match target {
             Target::Direct => Ok(self.etcd()),
@@ -251,8 +281,8 @@ impl Stack {
         }
     }
 
-    /// The proxy process of a target (none for direct, and none for this proxy without its cache when the stack
-    /// was started without it).
+    /// The proxy process of a target (none for direct, and none for this proxy without its cache or the baseline
+    /// build when the stack was started without it).
     pub fn proxy(&self, target: Target) -> Option<Service> {
         let this = |proxy: &ProxyProcess| Service {
             addr: proxy.addr(),
@@ -270,6 +300,7 @@ impl Stack {
             }),
             Target::RustProxy => Some(this(&self.rust_proxy)),
             Target::RustProxyNoCache => self.rust_proxy_nocache.as_ref().map(this),
+            Target::BaselineProxy => self.baseline_proxy.as_ref().map(this),
         }
     }
 }

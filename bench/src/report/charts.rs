@@ -64,13 +64,14 @@ const METRICS: [Metric; 5] = [
     },
 ];
 
-/// A bar's name, short enough for four bars in a panel.
+/// A bar's name, short enough for five bars in a panel.
 fn bar_label(target: Target) -> &'static str {
     match target {
         Target::Direct => "direct",
         Target::GoProxy => "go-proxy",
         Target::RustProxy => "this",
         Target::RustProxyNoCache => "this-nocache",
+        Target::BaselineProxy => "baseline",
     }
 }
 
@@ -85,6 +86,7 @@ fn color(target: Target) -> RGBColor {
         Target::GoProxy => RGBColor(31, 119, 180),
         Target::RustProxy => RGBColor(230, 120, 20),
         Target::RustProxyNoCache => RGBColor(240, 190, 120),
+        Target::BaselineProxy => RGBColor(44, 160, 44),
     }
 }
 
@@ -130,10 +132,20 @@ fn draw(
     );
     let root = SVGBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE)?;
+    // The baseline build is named only in the charts that have its bars: without it, nothing changes.
+    let baseline = scenarios
+        .iter()
+        .any(|s| s.summary(Target::BaselineProxy).is_some());
     let root = root.titled(
         &format!(
-            "etcd {}: {} — direct (grey), Go proxy (blue), this proxy (orange; light: cache off)",
-            version.version, metric.title
+            "etcd {}: {} — direct (grey), Go proxy (blue), this proxy (orange; light: cache off){}",
+            version.version,
+            metric.title,
+            if baseline {
+                ", baseline build (green)"
+            } else {
+                ""
+            }
         ),
         ("sans-serif", 18),
     )?;

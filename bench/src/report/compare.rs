@@ -19,10 +19,17 @@ pub fn markdown(base: &Report, other: &Report) -> String {
     for (label, report) in [("base", base), ("other", other)] {
         let _ = writeln!(
             out,
-            "- {label}: `{}` ({}): `{}`",
+            "- {label}: `{}` ({}): `{}`{}",
             report.name,
             report.tls.words(),
-            report.command
+            report.command,
+            report
+                .baseline_bin
+                .as_ref()
+                .map_or(String::new(), |bin| format!(
+                    "; `baseline-proxy` is `{}`",
+                    bin.display()
+                ))
         );
     }
     let _ = writeln!(
@@ -219,6 +226,7 @@ mod tests {
             seed: 1,
             check_targets: false,
             tls: mode,
+            baseline_bin: None,
             versions: vec![VersionResult {
                 version: "3.5.1".into(),
                 idle_rss_mib: vec![],
@@ -258,6 +266,33 @@ mod tests {
         );
         assert!(
             text.contains("| put | 0.50, 0.40 | 1.20, 1.20 | 1.00, 1.00 |"),
+            "{text}"
+        );
+        assert!(!text.contains("baseline"), "{text}");
+    }
+
+    #[test]
+    fn the_baseline_build_is_compared_like_every_target_and_each_run_names_its_binary() {
+        let with_baseline = |name: &str, cpu: f64| {
+            let mut report = report(name, false, 0.2, 0.1);
+            report.baseline_bin = Some(format!("/tmp/proxy-{name}").into());
+            let scenario = &mut report.versions[0].scenarios[0];
+            let mut runs = std::mem::take(&mut scenario.runs);
+            runs.push(run(Target::BaselineProxy, 4_000.0, Some(cpu)));
+            *scenario = ScenarioResult::new(Scenario::Put, None, false, "size".into(), runs);
+            report
+        };
+        let text = markdown(&with_baseline("a", 0.15), &with_baseline("b", 0.3));
+        assert!(
+            text.contains(
+                "- base: `a` (plaintext): `bench --name a`; `baseline-proxy` is `/tmp/proxy-a`"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| put | baseline-proxy | 4000 → 4000 (+0%) | 2.00 → 2.00 | 150.0 → 300.0 | +150.0 µs (+100%) |"
+            ),
             "{text}"
         );
     }

@@ -1,6 +1,7 @@
 //! The markdown report: per etcd version, one row per scenario and target with medians over rounds, then the
 //! ratios that answer "what does each proxy cost and save" (this proxy with its range cache and, where measured,
-//! without it, each against direct etcd and the Go proxy), then the Range load reaching etcd per client read, the
+//! without it, and with `--baseline-bin` another build of it, each against direct etcd and the Go proxy), then the
+//! Range load reaching etcd per client read, the
 //! figures of the watch, lease, handshake and write-to-visible scenarios in their own terms, and with `--tls=both`
 //! each case over TLS against itself in plaintext.
 
@@ -24,7 +25,7 @@ pub fn markdown(report: &Report) -> String {
         .any(|s| s.summary(Target::RustProxyNoCache).is_some());
     let _ = writeln!(
         out,
-        "- each run: {} s warm-up, {} s measured; {} round(s), targets alternating direct, Go proxy, this proxy{}; \
+        "- each run: {} s warm-up, {} s measured; {} round(s), targets alternating direct, Go proxy, this proxy{}{}; \
          medians over rounds",
         t.warmup_seconds,
         t.seconds,
@@ -35,8 +36,22 @@ pub fn markdown(report: &Report) -> String {
              second process in front of the same etcd)"
         } else {
             ""
+        },
+        if nocache && report.baseline_bin.is_some() {
+            " and the baseline build (`baseline-proxy`)"
+        } else {
+            ""
         }
     );
+    if let Some(bin) = &report.baseline_bin {
+        let _ = writeln!(
+            out,
+            "- baseline: `baseline-proxy` is the binary `{}` (another build of this proxy), in front of the same etcd \
+             as `this-proxy` but with its own default range cache and without the --proxy-arg flags; visited in \
+             the cases that visit `this-proxy-nocache`",
+            bin.display()
+        );
+    }
     const MUTUAL: &str = "mutual TLS on every link: etcd serves TLS with --client-cert-auth, both proxies dial \
         it over TLS with a client certificate and serve TLS requiring one, the benchmark's clients present one (full \
         handshakes, no resumption)";
@@ -136,7 +151,11 @@ fn version_section(out: &mut String, version: &VersionResult, report: &Report) {
     );
     let _ = writeln!(out, "|---|---|--:|--:|--:|--:|--:|---|");
     for scenario in throughput_cases(version) {
-        for this in [Target::RustProxy, Target::RustProxyNoCache] {
+        for this in [
+            Target::RustProxy,
+            Target::RustProxyNoCache,
+            Target::BaselineProxy,
+        ] {
             if scenario.summary(this).is_some() {
                 ratio_row(out, scenario, this);
             }
@@ -187,7 +206,8 @@ fn throughput_cases(version: &VersionResult) -> impl Iterator<Item = &ScenarioRe
         .filter(|s| s.scenario != Scenario::WriteToVisible)
 }
 
-/// One row of ratios, `this` standing for this proxy with its cache (`this-proxy`) or without (`this-proxy-nocache`).
+/// One row of ratios, `this` standing for this proxy with its cache (`this-proxy`), without (`this-proxy-nocache`)
+/// or the baseline build (`baseline-proxy`).
 fn ratio_row(out: &mut String, scenario: &ScenarioResult, this: Target) {
     let get = |t| scenario.summary(t);
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -626,6 +646,7 @@ mod tests {
             seed: 1,
             check_targets: false,
             tls: TlsMode::Off,
+            baseline_bin: None,
             versions: vec![VersionResult {
                 version: "3.5.1".into(),
                 idle_rss_mib: vec![(Target::RustProxy, 7.0)],
@@ -665,6 +686,7 @@ mod tests {
             seed: 1,
             check_targets: false,
             tls: TlsMode::Off,
+            baseline_bin: None,
             versions: vec![VersionResult {
                 version: "3.5.30".into(),
                 idle_rss_mib: vec![],
@@ -725,6 +747,43 @@ mod tests {
     }
 
     #[test]
+    fn the_baseline_build_has_the_rows_of_this_proxy_without_its_cache_and_the_header_names_its_binary()
+     {
+        let runs = vec![
+            read_run(Target::Direct, 10_000.0, 1000, 0.1),
+            read_run(Target::GoProxy, 5_000.0, 1000, 0.1),
+            read_run(Target::RustProxy, 20_000.0, 10, 0.01),
+            read_run(Target::RustProxyNoCache, 8_000.0, 1000, 0.1),
+            read_run(Target::BaselineProxy, 7_000.0, 1000, 0.1),
+        ];
+        let mut report = report_of(vec![ScenarioResult::new(
+            Scenario::RangeSerializable,
+            None,
+            false,
+            "size".into(),
+            runs,
+        )]);
+        let without = markdown(&report);
+        report.baseline_bin = Some("/tmp/proxy-77cfd39".into());
+        let text = markdown(&report);
+        for row in [
+            "- baseline: `baseline-proxy` is the binary `/tmp/proxy-77cfd39` (another build of this proxy)",
+            "write-to-visible scenarios, this proxy with its range cache off (`this-proxy-nocache`, \
+             `--range-cache-max-bytes=0`, a second process in front of the same etcd) and the baseline build \
+             (`baseline-proxy`); medians over rounds",
+            "| range-serializable | baseline-proxy | 7000 | 1.00 | 2.00 | 4.0 | 0 | 500.0 |",
+            "| range-serializable | baseline-proxy | 0.50 | 0.70 | 1.40 | 1.00 | 1.00 | 1.00, 1.00, 1.00 |",
+            "| range-serializable | baseline-proxy | 7000 | 1.000 | 100.0 | 1.00 | 1.00 | - |",
+        ] {
+            assert!(text.contains(row), "{row} missing: {text}");
+        }
+        assert!(
+            !without.contains("- baseline:") && !without.contains("and the baseline build"),
+            "the header names a binary only when the run had one: {without}"
+        );
+    }
+
+    #[test]
     fn write_to_visible_has_a_table_of_its_own_and_a_target_that_never_shows_a_write_says_so() {
         use crate::load::visible::VisibilityStats;
         let visible = |target, seen: u64, never: u64, not_attempted: u64| {
@@ -749,6 +808,7 @@ mod tests {
             visible(Target::GoProxy, 0, 5, 195),
             visible(Target::RustProxy, 200, 0, 0),
             visible(Target::RustProxyNoCache, 200, 0, 0),
+            visible(Target::BaselineProxy, 200, 0, 0),
         ];
         let report = report_of(vec![ScenarioResult::new(
             Scenario::WriteToVisible,
@@ -761,6 +821,7 @@ mod tests {
         for row in [
             "| write-to-visible | go-proxy | 5 | 0 | 5 within 2 s | 195 (gave up) | never within 2 s | 4.0 | - | - |",
             "| write-to-visible | this-proxy | 200 | 200 | 0 within 2 s | 0 | 1.00 / 3.00 / 6.00 | 4.0 | - | - |",
+            "| write-to-visible | baseline-proxy | 200 | 200 | 0 within 2 s | 0 | 1.00 / 3.00 / 6.00 | 4.0 | - | - |",
         ] {
             assert!(text.contains(row), "{row} missing: {text}");
         }
