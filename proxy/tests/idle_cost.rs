@@ -1,7 +1,9 @@
 //! What idle clients cost the proxy: memory per idle HTTP/2 connection, and per open Watch stream that never
-//! reads, measured from the proxy's RSS with a thousand of each open. The bounds are the ones README.md documents
-//! (measured: about 18 KiB per idle connection, most of it h2's per-connection buffers, and 21 KiB per stream
-//! with one watcher); they fail when a change makes either cost grow by half.
+//! reads, measured from the proxy's RSS with a thousand of each open, with default flags (one worker per core).
+//! The bounds are the ones README.md documents (measured on 2 cores: about 19 KiB per idle connection, most of it
+//! h2's per-connection buffers, and 29 to 33 KiB per stream with one watcher); they fail when a change makes
+//! either cost grow by a quarter. (A bound of half again, 32 KiB over the 21 KiB first measured, let the stream's
+//! cost grow to 30 KiB in steps of under half each, and then failed now and then on the spread between runs.)
 
 mod support;
 
@@ -87,8 +89,8 @@ async fn idle_connections_and_unread_streams_cost_little_memory() {
         "unread watch streams: {with_connections} KiB -> {with_streams} KiB, {per_stream:.2} KiB each"
     );
     assert!(
-        per_stream < 32.0,
-        "{per_stream:.1} KiB per unread watch stream, README.md says under 32"
+        per_stream < 38.0,
+        "{per_stream:.1} KiB per unread watch stream, README.md says under 38"
     );
     // Both kinds of client are still there (and the proxy serves them) when measured.
     assert_eq!(idle.len(), connections);
