@@ -1,14 +1,28 @@
 //! The proxy's Prometheus metrics, registered in a registry owned by the running proxy (never a global one), so
 //! that several proxies in one process (tests, the simulation) keep separate counts.
 
+use std::sync::Arc;
+
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
 
-/// Every metric the proxy exports.
+/// Every metric the proxy exports, shared: a clone is one reference count, not one per metric (each call's record
+/// holds one until its response ends).
 #[derive(Clone)]
-pub struct Metrics {
+pub struct Metrics(Arc<MetricSet>);
+
+impl std::ops::Deref for Metrics {
+    type Target = MetricSet;
+
+    fn deref(&self) -> &MetricSet {
+        &self.0
+    }
+}
+
+/// The metrics themselves.
+pub struct MetricSet {
     registry: Registry,
     /// RPCs started, by type, service and method (go-grpc-prometheus names).
     pub grpc_started: IntCounterVec,
@@ -260,7 +274,7 @@ impl Metrics {
         registry.register(Box::new(client_calls_refused.clone()))?;
         registry.register(Box::new(health_success.clone()))?;
         registry.register(Box::new(health_failures.clone()))?;
-        Ok(Self {
+        Ok(Self(Arc::new(MetricSet {
             registry,
             grpc_started,
             grpc_handled,
@@ -294,7 +308,7 @@ impl Metrics {
             client_calls_refused,
             health_success,
             health_failures,
-        })
+        })))
     }
 
     /// The Prometheus text exposition of every metric.
