@@ -13,7 +13,8 @@
 //! - [`rpc`]: every gRPC method by path: relayed as bytes (one forwarding path for every unary call and server
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`cache`]: Range calls answered from copies of ranges a watch keeps current: serializable reads once a copy
-//!   is at the newest revision returned, linearizable ones once it is at etcd's revision learnt after they arrived.
+//!   is at the newest revision returned, linearizable ones once it is at etcd's revision learnt after they arrived;
+//!   a copy that keeps failing to answer is retired, and its range rests.
 //! - [`leasing`]: `--experimental-leasing-prefix`: etcd's leasing protocol; reads of owned keys answered locally.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: keep-alive streams coalesced: one upstream stream per caller token (one in all without auth).
