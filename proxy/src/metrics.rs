@@ -163,7 +163,7 @@ impl Metrics {
         )?;
         let cache_retirements = IntCounter::new(
             "etcd_grpc_proxy_cache_retired_total",
-            "Cached ranges dropped after 32 reads in a row they could not answer (each then goes to etcd for its next 1024 reads)",
+            "Cached ranges dropped after 32 reads in a row, over at least 2 s, they could not answer (each then rests 1 s to 32 s before it is cached again)",
         )?;
         let leasing_local_reads = IntCounter::new(
             "etcd_grpc_proxy_leasing_local_reads_total",
