@@ -4,7 +4,7 @@
 //!
 //! - [`net`]: the `Net` seam, the only code that touches sockets (`TokioNet` in production).
 //! - [`workers`]: `--worker-threads`: the workers client connections are spread over (one single-threaded
-//!   runtime each in the binary), sharing everything else.
+//!   runtime each in the binary); a call goes to etcd on its worker's own connection.
 //! - [`server`]: one listener for gRPC and the HTTP admin routes (and `--metrics-addr`'s, admin routes only), per-RPC
 //!   metrics, graceful shutdown.
 //! - [`tls`]: TLS towards clients and towards etcd, above the `Net` seam; every file re-read for new connections.
@@ -160,6 +160,7 @@ impl BoundProxy {
             self.upstream_tls,
             metrics.clone(),
             stop_rx.clone(),
+            &workers,
         );
         let tracer = upstream.tracer().cloned();
         let rpc = rpc::Rpc::new(&upstream, &metrics, &self.config);

@@ -1,15 +1,18 @@
-//! The serving workers (`--worker-threads`): each client connection is served by one worker, and so is every call
-//! on it. In the binary a worker is a single-threaded runtime on a thread of its own (`main.rs` starts them), so a
-//! call costs what it costs on one thread (issue 13 measured tokio's work-stealing runtime at about 1.5 times the
-//! CPU per call); in the simulation and in tests several workers may share one runtime.
+//! The serving workers (`--worker-threads`): each client connection is served by one worker, and so are the calls on
+//! it. In the binary a worker is a single-threaded runtime on a thread of its own (`main.rs` starts them); in the
+//! simulation and in tests several workers may share one runtime. Either way a call knows its worker
+//! ([`current`]), and the upstream sends it on that worker's own connection to etcd: a call then never wakes
+//! another thread, which is what one thread per call costs and a work-stealing runtime does not (issue 13 measured
+//! tokio's at about 1.5 times the CPU per call).
 //!
-//! Everything else is shared by the workers: the connections to etcd, failover, the watch hubs, the keep-alive
-//! coalescers, the range cache and the revision floor, so that N clients on N workers are still one watcher and one
-//! keep-alive stream on etcd. The proxy's own tasks run on the runtime that started the proxy (worker 0's).
+//! What clients share stays shared across workers: failover, the watch hubs, the keep-alive coalescers, the range
+//! cache and the revision floor, so that N clients on N workers are still one watcher and one keep-alive stream on
+//! etcd. The proxy's own tasks (heartbeat, probes, hubs, coalescers) run on the runtime that started the proxy
+//! (worker 0's), and call etcd on worker 0's connections.
 //!
-//! The connections to etcd are shared rather than one per worker: with one per worker, a connection the network
-//! broke under one worker went unseen by the heartbeat and the probes, which ask on one connection, and that
-//! worker's calls hung on it (simulation seeds failover 45719, 47296, 47403 with two workers).
+//! The heartbeat and the probes ask a member on every worker's connection: the network can break one connection
+//! and not another, and a worker's calls must not hang on a connection nobody asks on (simulation seeds failover
+//! 45719, 47296 and 47403 with two workers, when only one connection was asked).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,6 +20,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinSet};
+
+tokio::task_local! {
+    /// The worker whose connection the running task serves.
+    static WORKER: usize;
+}
+
+/// The worker the running task serves a connection for; 0 outside any (the proxy's own tasks: probes, hubs,
+/// coalescers).
+pub fn current() -> usize {
+    WORKER.try_with(|worker| *worker).unwrap_or(0)
+}
 
 /// The runtimes the workers run on, one handle per worker.
 #[derive(Clone)]
@@ -53,6 +67,11 @@ impl Workers {
         }
     }
 
+    /// The runtimes the workers run on, each once.
+    pub fn runtimes(&self) -> &[Handle] {
+        &self.runtimes
+    }
+
     /// How many workers there are.
     pub fn len(&self) -> usize {
         self.handles.len()
@@ -63,36 +82,33 @@ impl Workers {
         false
     }
 
-    /// The runtimes the workers run on, each once.
-    pub fn runtimes(&self) -> &[Handle] {
-        &self.runtimes
-    }
-
     /// The worker the next connection is served by: each in turn.
     pub fn next(&self) -> usize {
         self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len()
     }
 
-    /// Spawns `task` into `set`, on `worker`'s runtime.
+    /// Spawns `task` into `set` on `worker`'s runtime, as that worker's.
     pub fn spawn_into<F>(&self, set: &mut JoinSet<F::Output>, worker: usize, task: F) -> AbortHandle
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        set.spawn_on(task, &self.handles[worker])
+        set.spawn_on(WORKER.scope(worker, task), &self.handles[worker])
     }
 
-    /// What spawns the tasks of `worker`'s connections: hyper's task for each call.
+    /// What spawns the tasks of `worker`: hyper's per-call tasks and the tasks of its upstream connections.
     pub fn executor(&self, worker: usize) -> WorkerExecutor {
         WorkerExecutor {
+            worker,
             handle: self.handles[worker].clone(),
         }
     }
 }
 
-/// Spawns every task it is given on one worker's runtime.
+/// Spawns every task it is given on one worker's runtime, as that worker's.
 #[derive(Clone)]
 pub struct WorkerExecutor {
+    worker: usize,
     handle: Handle,
 }
 
@@ -102,7 +118,7 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, task: F) {
-        self.handle.spawn(task);
+        self.handle.spawn(WORKER.scope(self.worker, task));
     }
 }
 
@@ -151,6 +167,26 @@ mod tests {
         });
         assert_eq!(rx.await.expect("ran"), other_thread);
         let _ = stop.send(());
+    }
+
+    #[tokio::test]
+    async fn tasks_spawned_for_a_worker_know_it_and_others_are_worker_0() {
+        let workers = Workers::on_current(3);
+        assert_eq!(current(), 0);
+        let mut set = JoinSet::new();
+        workers.spawn_into(&mut set, 2, async { current() });
+        assert_eq!(set.join_next().await.expect("one task").expect("ran"), 2);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        workers.executor(1).execute(async move {
+            let _ = tx.send(current());
+        });
+        assert_eq!(rx.await.expect("ran"), 1);
+        // A task spawned plainly from a worker's task is the proxy's own, not the worker's.
+        let mut set = JoinSet::new();
+        workers.spawn_into(&mut set, 2, async {
+            tokio::spawn(async { current() }).await.expect("ran")
+        });
+        assert_eq!(set.join_next().await.expect("one task").expect("ran"), 0);
     }
 
     #[tokio::test]

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use proto::etcdserverpb::{RangeRequest, StatusRequest};
 use tokio::time::Instant;
 use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
 
 use super::{HANG_BOUND_MAX, NO_LEADER, Replace, Upstream};
 use crate::error;
@@ -23,8 +25,8 @@ use crate::error;
 /// [`HANG_BOUND_MAX`]). Calls wait at most this long for the choice.
 pub const CHOOSE_WAIT: Duration = HANG_BOUND_MAX;
 
-/// What a member's Status said.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a member's Status said, best first: a member is as healthy as the worst answer on its connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Health {
     /// It answered and has a leader.
     Leader,
@@ -38,10 +40,24 @@ pub enum Health {
 }
 
 impl Upstream {
-    /// Asks endpoint `index` for its Status, waiting at most `wait` in all.
+    /// Asks endpoint `index` for its Status on every worker's connection at once, waiting at most `wait` in all.
+    /// Each worker calls etcd on a connection of its own ([`crate::workers`]), and the network can break one and
+    /// not another (a connection dialled during a partition, say): the member is as healthy as its worst
+    /// connection, so that a worker's calls never hang on a connection nobody asks on.
     pub(super) async fn member_status(&self, index: usize, wait: Duration) -> Health {
+        let channels = self.members.get(index).channels();
+        let answers = join_all(
+            channels
+                .into_iter()
+                .map(|channel| self.status_on(channel, wait)),
+        );
+        answers.await.into_iter().max().unwrap_or(Health::Silent)
+    }
+
+    /// Asks for a member's Status on one of its connections, waiting at most `wait` in all.
+    async fn status_on(&self, channel: Channel, wait: Duration) -> Health {
         let deadline = Instant::now() + wait;
-        let mut client = MaintenanceClient::new(self.members.get(index).channel());
+        let mut client = MaintenanceClient::new(channel.clone());
         let answer = tokio::time::timeout(wait, client.status(StatusRequest {})).await;
         if let Ok(Ok(status)) = &answer
             && let Some(header) = &status.get_ref().header
@@ -60,18 +76,18 @@ impl Upstream {
             Ok(Ok(status)) if status.get_ref().leader == 0 => Health::NoLeader,
             Ok(Ok(_)) => Health::Leader,
             Ok(Err(refused)) if error::is_auth_refusal(&refused) => {
-                self.leader_probe(index, deadline).await
+                self.leader_probe(channel, deadline).await
             }
             Ok(Err(_)) | Err(_) => Health::Silent,
         }
     }
 
-    /// Whether endpoint `index` has a leader, asked without Status: with auth on, etcd 3.5.30 (and later) answers
+    /// Whether the member behind `channel` has a leader, asked without Status: with auth on, etcd 3.5.30 (and later) answers
     /// Status only to the root role. A linearizable Range that requires a leader (`hasleader`) is refused at once
     /// with "no leader" by a member that knows none; a member with a leader confirms it (a ReadIndex) and only then
     /// checks the caller: the probe carries no token, so it is refused there, having said what was asked. A learner
     /// refuses it as a learner before either. It asks for the count of one key and reads nothing either way.
-    async fn leader_probe(&self, index: usize, deadline: Instant) -> Health {
+    async fn leader_probe(&self, channel: Channel, deadline: Instant) -> Health {
         let probe = RangeRequest {
             key: vec![0],
             count_only: true,
@@ -82,7 +98,7 @@ impl Upstream {
         request
             .metadata_mut()
             .insert("hasleader", MetadataValue::from_static("true"));
-        let mut client = KvClient::new(self.members.get(index).channel());
+        let mut client = KvClient::new(channel);
         match tokio::time::timeout_at(deadline, client.range(request)).await {
             Ok(Err(refused)) if refused.message() == NO_LEADER => Health::NoLeader,
             Ok(Err(refused)) if error::is_learner_refusal(&refused) => Health::Learner,

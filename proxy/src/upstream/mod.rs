@@ -108,6 +108,8 @@ pub struct Upstream {
     /// What new endpoints' channels connect with (`--endpoints-auto-sync-interval` adds endpoints).
     connector: Connector,
     channel_settings: ChannelSettings,
+    /// Each endpoint gets a channel per worker.
+    workers: crate::workers::Workers,
     /// TLS towards etcd is on: endpoints learnt from MemberList must be `https://` (or bare).
     tls_on: bool,
     active: watch::Sender<ActiveState>,
@@ -139,6 +141,7 @@ impl Upstream {
         tls: Option<Arc<crate::tls::ClientTls>>,
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
+        workers: &crate::workers::Workers,
     ) -> Arc<Self> {
         let tls_on = tls.is_some();
         // The collector is dialled through the same seam as etcd, in plaintext as etcd dials it.
@@ -153,7 +156,7 @@ impl Upstream {
             .map(|endpoint| {
                 Member::new(
                     endpoint.clone(),
-                    channel_settings.connect(endpoint, &connector),
+                    channel_settings.connect(endpoint, &connector, workers),
                 )
             })
             .collect();
@@ -175,6 +178,7 @@ impl Upstream {
             members: Pool::new(members),
             connector,
             channel_settings,
+            workers: workers.clone(),
             tls_on,
             active: watch::Sender::new(ActiveState {
                 index: active,
@@ -554,8 +558,24 @@ impl ChannelSettings {
         }
     }
 
-    /// A lazily connected channel to `endpoint`.
-    fn connect(&self, endpoint: &Endpoint, connector: &Connector) -> Channel {
+    /// Lazily connected channels to `endpoint`, one per worker, each with its tasks on its worker.
+    fn connect(
+        &self,
+        endpoint: &Endpoint,
+        connector: &Connector,
+        workers: &crate::workers::Workers,
+    ) -> Vec<Channel> {
+        (0..workers.len())
+            .map(|worker| self.connect_one(endpoint, connector, workers.executor(worker)))
+            .collect()
+    }
+
+    fn connect_one(
+        &self,
+        endpoint: &Endpoint,
+        connector: &Connector,
+        executor: crate::workers::WorkerExecutor,
+    ) -> Channel {
         // The authority was validated by `Endpoint::parse`, so it always forms a valid URI.
         let mut tonic = TonicEndpoint::from_shared(format!("http://{}", endpoint.authority()))
             .expect("validated endpoint forms a URI")
@@ -569,7 +589,8 @@ impl ChannelSettings {
             // it the library closes the connection itself (GOAWAY ENHANCE_YOUR_CALM), failing every call on it
             // with ResourceExhausted. Seen after clients cancelled a few thousand calls while a member hung. The
             // limit guards against a hostile peer; etcd is not one.
-            .http2_max_local_error_reset_streams(None);
+            .http2_max_local_error_reset_streams(None)
+            .executor(executor);
         if let Some(interval) = self.keepalive.interval {
             tonic = tonic
                 .http2_keep_alive_interval(interval)
@@ -577,5 +598,120 @@ impl ChannelSettings {
                 .keep_alive_while_idle(self.keepalive.while_idle);
         }
         tonic.connect_with_connector_lazy(connector.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::{BoxFuture, Conn, Listener};
+    use crate::workers::Workers;
+    use proto::etcdserverpb::RangeRequest;
+    use proto::etcdserverpb::kv_client::KvClient;
+
+    /// A network where every dial is refused, recording which worker dialled.
+    struct Recording {
+        dialled_by: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Net for Recording {
+        fn bind(
+            &self,
+            _addr: std::net::SocketAddr,
+        ) -> BoxFuture<'_, std::io::Result<Box<dyn Listener>>> {
+            Box::pin(async { Err(std::io::ErrorKind::Unsupported.into()) })
+        }
+
+        fn connect(&self, _authority: String) -> BoxFuture<'static, std::io::Result<Conn>> {
+            self.dialled_by
+                .lock()
+                .unwrap()
+                .push(crate::workers::current());
+            Box::pin(async { Err(std::io::ErrorKind::ConnectionRefused.into()) })
+        }
+    }
+
+    /// An upstream of `workers` workers to one endpoint on a [`Recording`] network, and what it records.
+    fn recorded(workers: &Workers) -> (Arc<Upstream>, Arc<Mutex<Vec<usize>>>, watch::Sender<bool>) {
+        let dialled_by = Arc::new(Mutex::new(Vec::new()));
+        let config = Config::new(
+            vec![Endpoint::parse("etcd:2379").unwrap()],
+            "127.0.0.1:0".parse().unwrap(),
+            1,
+        );
+        let (stop, shutdown) = watch::channel(false);
+        let upstream = Upstream::new(
+            &config,
+            Arc::new(Recording {
+                dialled_by: dialled_by.clone(),
+            }),
+            None,
+            Metrics::new(prometheus::Registry::new()).unwrap(),
+            shutdown,
+            workers,
+        );
+        (upstream, dialled_by, stop)
+    }
+
+    #[tokio::test]
+    async fn each_worker_calls_etcd_on_a_connection_of_its_own() {
+        let workers = Workers::on_current(2);
+        let (upstream, dialled_by, _stop) = recorded(&workers);
+        for worker in [1, 1] {
+            let upstream = upstream.clone();
+            let mut call = tokio::task::JoinSet::new();
+            workers.spawn_into(&mut call, worker, async move {
+                let channel = upstream.active().channel;
+                KvClient::new(channel).range(RangeRequest::default()).await
+            });
+            let refused = call.join_next().await.unwrap().unwrap();
+            assert!(refused.is_err(), "nothing answers here");
+        }
+        let by_worker_1 = dialled_by.lock().unwrap().clone();
+        assert!(
+            !by_worker_1.is_empty() && by_worker_1.iter().all(|&w| w == 1),
+            "worker 1's calls are dialled by worker 1's connection: {by_worker_1:?}"
+        );
+        let mut call = tokio::task::JoinSet::new();
+        let on_0 = upstream.clone();
+        workers.spawn_into(&mut call, 0, async move {
+            KvClient::new(on_0.active().channel)
+                .range(RangeRequest::default())
+                .await
+        });
+        assert!(call.join_next().await.unwrap().unwrap().is_err());
+        let dialled = dialled_by.lock().unwrap().clone();
+        assert_eq!(
+            dialled[by_worker_1.len()..].first(),
+            Some(&0),
+            "worker 0 dials a connection of its own: {dialled:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_member_is_asked_for_its_status_on_every_workers_connection() {
+        let workers = Workers::on_current(3);
+        let (upstream, dialled_by, _stop) = recorded(&workers);
+        let health = upstream.member_status(0, Duration::from_millis(500)).await;
+        assert_eq!(health, choose::Health::Silent, "nothing answers here");
+        let mut dialled = dialled_by.lock().unwrap().clone();
+        dialled.sort_unstable();
+        dialled.dedup();
+        assert_eq!(
+            dialled,
+            [0, 1, 2],
+            "the heartbeat's and the probes' question goes over each worker's connection"
+        );
+    }
+
+    #[test]
+    fn a_member_is_as_healthy_as_its_worst_connection() {
+        use choose::Health::*;
+        let worst = |answers: &[choose::Health]| answers.iter().copied().max();
+        assert_eq!(worst(&[Leader, Leader]), Some(Leader));
+        assert_eq!(worst(&[Leader, Silent]), Some(Silent));
+        assert_eq!(worst(&[NoLeader, Leader]), Some(NoLeader));
+        assert_eq!(worst(&[Learner, NoLeader]), Some(Learner));
+        assert_eq!(worst(&[Silent, Learner]), Some(Silent));
     }
 }

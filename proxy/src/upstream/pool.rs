@@ -23,8 +23,9 @@ use crate::net::{BoxFuture, Conn, Connector, Listener, Net};
 /// One endpoint.
 pub struct Member {
     pub endpoint: Endpoint,
-    /// The channel new calls use: none once the endpoint is retired and its channel released.
-    channel: Mutex<Option<Channel>>,
+    /// The channels new calls use, one per worker ([`crate::workers`]): none once the endpoint is retired and its
+    /// channels released.
+    channel: Mutex<Option<Vec<Channel>>>,
     /// Believed able to serve (it answered with a leader since it last failed).
     pub up: AtomicBool,
     /// A probe task is asking it until it answers again.
@@ -37,10 +38,12 @@ pub struct Member {
 }
 
 impl Member {
-    pub fn new(endpoint: Endpoint, channel: Channel) -> Self {
+    /// `channels`: one per worker, at least one.
+    pub fn new(endpoint: Endpoint, channels: Vec<Channel>) -> Self {
+        debug_assert!(!channels.is_empty());
         Self {
             endpoint,
-            channel: Mutex::new(Some(channel)),
+            channel: Mutex::new(Some(channels)),
             up: AtomicBool::new(true),
             probing: AtomicBool::new(false),
             lacks_range_stream: AtomicBool::new(false),
@@ -48,9 +51,23 @@ impl Member {
         }
     }
 
-    /// The channel new calls use (for a retired endpoint whose channel is gone, one that fails at once).
+    /// The channel new calls of the running worker use (for a retired endpoint whose channels are gone, one that
+    /// fails at once).
     pub fn channel(&self) -> Channel {
-        self.lock_channel().clone().unwrap_or_else(retired_channel)
+        match &*self.lock_channel() {
+            Some(channels) => channels[crate::workers::current() % channels.len()].clone(),
+            None => retired_channel(),
+        }
+    }
+
+    /// Every worker's channel (for a retired endpoint whose channels are gone, one that fails at once): what the
+    /// heartbeat and the probes ask on, since a connection the network broke under one worker hangs that worker's
+    /// calls however well the others' answer.
+    pub fn channels(&self) -> Vec<Channel> {
+        match &*self.lock_channel() {
+            Some(channels) => channels.clone(),
+            None => vec![retired_channel()],
+        }
     }
 
     /// The endpoint is no longer among the cluster's members; its channel stays until [`Member::release_channel`].
@@ -61,7 +78,7 @@ impl Member {
 
     /// The endpoint is a member again: it is connected again (`connect`) if its channel went. False if it was not
     /// retired.
-    pub fn restore(&self, connect: impl FnOnce() -> Channel) -> bool {
+    pub fn restore(&self, connect: impl FnOnce() -> Vec<Channel>) -> bool {
         let mut channel = self.lock_channel();
         if !self.retired() {
             return false;
@@ -79,7 +96,7 @@ impl Member {
         }
     }
 
-    fn lock_channel(&self) -> MutexGuard<'_, Option<Channel>> {
+    fn lock_channel(&self) -> MutexGuard<'_, Option<Vec<Channel>>> {
         self.channel.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -198,7 +215,7 @@ mod tests {
 
     fn member(authority: &str) -> Member {
         let endpoint = Endpoint::parse(authority).unwrap();
-        Member::new(endpoint, retired_channel())
+        Member::new(endpoint, vec![retired_channel()])
     }
 
     #[tokio::test]
@@ -213,7 +230,7 @@ mod tests {
         let mut connected = false;
         assert!(pool.get(1).restore(|| {
             connected = true;
-            retired_channel()
+            vec![retired_channel()]
         }));
         assert!(connected, "a released channel is made again on return");
         assert_eq!(pool.channels(), 3);

@@ -118,15 +118,20 @@ impl Upstream {
     fn add_endpoint(&self, endpoint: &Endpoint) {
         let index = match self.members.find(endpoint.authority()) {
             Some(index) => {
-                let connect = || self.channel_settings.connect(endpoint, &self.connector);
+                let connect = || {
+                    self.channel_settings
+                        .connect(endpoint, &self.connector, &self.workers)
+                };
                 if !self.members.get(index).restore(connect) {
                     return;
                 }
                 index
             }
             None => {
-                let channel = self.channel_settings.connect(endpoint, &self.connector);
-                self.members.push(Member::new(endpoint.clone(), channel))
+                let channels =
+                    self.channel_settings
+                        .connect(endpoint, &self.connector, &self.workers);
+                self.members.push(Member::new(endpoint.clone(), channels))
             }
         };
         let authority = self.members.get(index).endpoint.authority().to_owned();
@@ -195,7 +200,14 @@ mod tests {
         let metrics = Metrics::new(prometheus::Registry::new()).unwrap();
         let (_, shutdown) = tokio::sync::watch::channel(false);
         let tls: Option<Arc<crate::tls::ClientTls>> = None;
-        Upstream::new(&config, Arc::new(Nowhere), tls, metrics, shutdown)
+        Upstream::new(
+            &config,
+            Arc::new(Nowhere),
+            tls,
+            metrics,
+            shutdown,
+            &crate::workers::Workers::on_current(1),
+        )
     }
 
     fn listing(endpoints: &[&str]) -> MemberListResponse {

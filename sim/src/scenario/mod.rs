@@ -422,11 +422,12 @@ fn watch_world<'a>(settings: Settings) -> World<'a> {
 }
 
 /// How many workers the failover scenario's proxy runs (`--worker-threads=2`); every other scenario runs one, as on
-/// a host (or container) with one core. The workers share the simulated host's runtime: what differs from one
-/// worker is how the proxy hands client connections to two workers and serves each on its worker; the connections
-/// to the members, failover, the revision floor and the cache are shared (`proxy::workers`). With one runtime for
-/// both, a run is the one-worker run, digest for digest: this shows that handing connections out changes nothing,
-/// not what two threads would do.
+/// a host (or container) with one core. The workers share the simulated host's runtime, but each serves its share
+/// of the client connections and calls the members on connections of its own, as in the binary (`proxy::workers`):
+/// the faults break and hang each worker's connections as they come, and the heartbeat and the probes must find a
+/// member that hangs one worker's calls while the other's answer (seeds 45719, 47296 and 47403 hung calls when
+/// they asked on one connection). Failover, the revision floor and the cache are shared. What one runtime does not
+/// show is two threads' timing.
 pub const FAILOVER_WORKERS: usize = 2;
 
 /// The failover scenario's world: [`World::new`]'s proxy with [`FAILOVER_WORKERS`] workers.
