@@ -206,6 +206,12 @@ impl Feed {
         self.lock().progress_trusted == Some(true)
     }
 
+    /// Whether a member said a version whose progress answers cannot move copies (etcd before 3.5.8). Not yet
+    /// known before the first copy's stream asked.
+    pub fn progress_known_useless(&self) -> bool {
+        self.lock().progress_trusted == Some(false)
+    }
+
     async fn learn_version(self: Arc<Self>) {
         let token = match &self.identity {
             Some(identity) => identity.token(&self.upstream).await.ok().flatten(),

@@ -49,7 +49,7 @@ pub use heartbeat::{HANG_BOUND_MAX, HEARTBEAT_INTERVAL, replacement_bound};
 pub use http_get::HttpAnswer;
 use latency::LatencyEstimate;
 use ordering::RevisionFloor;
-pub use ordering::header_revision;
+pub use ordering::{header_revision, is_serializable};
 use pool::{Member, Pool};
 
 use crate::config::{Config, Endpoint};

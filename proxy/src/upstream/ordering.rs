@@ -106,7 +106,9 @@ pub fn linearizable(request: &Bytes) -> Bytes {
     out.freeze()
 }
 
-fn is_serializable(range: &[u8]) -> bool {
+/// Whether a Range request asks for a serializable read, read from the wire without decoding the rest (an
+/// unreadable request is not).
+pub fn is_serializable(range: &[u8]) -> bool {
     let mut serializable = false;
     for field in wire::fields(range) {
         match field {
