@@ -95,11 +95,15 @@ impl Upstream {
         forwarded: &Forwarded,
         message: Bytes,
     ) -> Result<Bytes, Status> {
+        let at_arrival = self
+            .revision_floor
+            .as_ref()
+            .map_or(0, |floor| floor.highest());
         let response = self
             .unary_unordered(retry, path, forwarded, message.clone())
             .await?;
         if let Some(floor) = &self.revision_floor
-            && floor.judge(path.path(), &message, &response) == ordering::Verdict::Reask
+            && floor.judge(path.path(), &message, &response, at_arrival) == ordering::Verdict::Reask
         {
             // A lagging member's answer (or one the floor could not judge yet): etcd's linearizable read is at least
             // as new as any it returned, and teaches the floor a committed revision.
@@ -108,7 +112,7 @@ impl Upstream {
             let response = self
                 .unary_unordered(retry, path, forwarded, linearizable.clone())
                 .await?;
-            floor.judge(path.path(), &linearizable, &response);
+            floor.judge(path.path(), &linearizable, &response, at_arrival);
             return Ok(response);
         }
         Ok(response)
