@@ -82,11 +82,12 @@ impl Upstream {
         }
     }
 
-    /// Whether the member behind `channel` has a leader, asked without Status: with auth on, etcd 3.5.30 (and later) answers
-    /// Status only to the root role. A linearizable Range that requires a leader (`hasleader`) is refused at once
-    /// with "no leader" by a member that knows none; a member with a leader confirms it (a ReadIndex) and only then
-    /// checks the caller: the probe carries no token, so it is refused there, having said what was asked. A learner
-    /// refuses it as a learner before either. It asks for the count of one key and reads nothing either way.
+    /// Whether the member behind `channel` has a leader, asked without Status: with auth on, etcd 3.5.30 (and
+    /// later) answers Status only to the root role. A linearizable Range that requires a leader (`hasleader`) is
+    /// refused at once with "no leader" by a member that knows none; a member with a leader confirms it (a
+    /// ReadIndex) and only then checks the caller: the probe carries no token, so it is refused there, having said
+    /// what was asked. A learner refuses it as a learner before either. It asks for the count of one key and reads
+    /// nothing either way.
     async fn leader_probe(&self, channel: Channel, deadline: Instant) -> Health {
         let probe = RangeRequest {
             key: vec![0],
