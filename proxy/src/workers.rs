@@ -7,8 +7,9 @@
 //!
 //! What clients share stays shared across workers: failover, the watch hubs, the keep-alive coalescers, the range
 //! cache and the revision floor, so that N clients on N workers are still one watcher and one keep-alive stream on
-//! etcd. The proxy's own tasks (heartbeat, probes, hubs, coalescers) run on the runtime that started the proxy
-//! (worker 0's), and call etcd on worker 0's connections.
+//! etcd. The proxy's own tasks call etcd on worker 0's connections; the heartbeat and the probes run on the runtime
+//! that started the proxy (worker 0's), the hubs and coalescers on the runtime of the worker whose client started
+//! them.
 //!
 //! The heartbeat and the probes ask a member on every worker's connection: the network can break one connection
 //! and not another, and a worker's calls must not hang on a connection nobody asks on (simulation seeds failover
