@@ -609,9 +609,10 @@ mod tests {
     use proto::etcdserverpb::RangeRequest;
     use proto::etcdserverpb::kv_client::KvClient;
 
-    /// A network where every dial is refused, recording which worker dialled.
-    struct Recording {
-        dialled_by: Arc<Mutex<Vec<usize>>>,
+    /// A network where every dial is refused, recording which worker dialled (the `upstream` tests' network).
+    #[derive(Default)]
+    pub(super) struct Recording {
+        pub(super) dialled_by: Arc<Mutex<Vec<usize>>>,
     }
 
     impl Net for Recording {

@@ -172,24 +172,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::metrics::Metrics;
-    use crate::net::{BoxFuture, Conn, Listener, Net};
     use proto::etcdserverpb::Member as Listed;
-
-    /// A network where nothing answers: the endpoints' channels exist, and no call is needed.
-    struct Nowhere;
-
-    impl Net for Nowhere {
-        fn bind(
-            &self,
-            _addr: std::net::SocketAddr,
-        ) -> BoxFuture<'_, std::io::Result<Box<dyn Listener>>> {
-            Box::pin(async { Err(std::io::ErrorKind::Unsupported.into()) })
-        }
-
-        fn connect(&self, _authority: String) -> BoxFuture<'static, std::io::Result<Conn>> {
-            Box::pin(async { Err(std::io::ErrorKind::ConnectionRefused.into()) })
-        }
-    }
 
     fn upstream(endpoints: &[&str]) -> Arc<Upstream> {
         let endpoints = endpoints
@@ -202,7 +185,7 @@ mod tests {
         let tls: Option<Arc<crate::tls::ClientTls>> = None;
         Upstream::new(
             &config,
-            Arc::new(Nowhere),
+            Arc::new(crate::upstream::tests::Recording::default()),
             tls,
             metrics,
             shutdown,
