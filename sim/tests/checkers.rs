@@ -756,6 +756,34 @@ fn lease_checker_catches_two_upstream_streams_when_one_is_allowed() {
 }
 
 #[test]
+fn lease_checker_counts_a_resumed_members_stream_in_use_only_from_its_senders_start() {
+    // Seed lease-scale 47370: member 2 hung at 1.947 s; the proxy instance started at 1.35 s used a stream on
+    // member 1 at 2.367 s and was restarted at 2.553 s; the new instance dialled member 2 (accepted at 3.31 s, by
+    // the kernel) and sent on a stream the member read as it resumed at 3.33 s. That stream's requests were sent
+    // after the restart, not from the hang's start: one stream at a time.
+    let mut resumed = lease_history(None, &[(2.367, 2.37), (3.33, 6.381)]);
+    resumed.streams[0].member = 1;
+    resumed.streams[0].closed_at = Some(secs(2.37));
+    resumed.streams[1].member = 2;
+    resumed.streams[1].connected_at = Some(secs(3.31));
+    resumed.hangs.push(Hang {
+        member: 2,
+        since: secs(1.947),
+        resumed: secs(3.33),
+    });
+    resumed.proxy_restarts = vec![secs(1.35), secs(2.553)];
+    let client = [lease_client(None)];
+    assert!(check_leases(&resumed, &client, 1, secs(8.0)).is_empty());
+    // Sent by the instance that used the stream on member 1 (no restart between): it may have been in use from
+    // the hang's start, beside that one.
+    resumed.proxy_restarts = vec![secs(1.35)];
+    assert_eq!(check_leases(&resumed, &client, 1, secs(8.0)).len(), 1);
+    // An instance that started before the stream on member 1 was used sent both: two streams.
+    resumed.proxy_restarts = vec![secs(1.35), secs(2.36)];
+    assert_eq!(check_leases(&resumed, &client, 1, secs(8.0)).len(), 1);
+}
+
+#[test]
 fn the_fan_out_bound_is_one_per_client_stream_until_coalescing_lands() {
     if sim::check::lease::KEEPALIVE_STREAMS_COALESCED {
         assert_eq!(expected_upstream_keepalive_streams(5), 1);

@@ -68,8 +68,11 @@ pub fn check_leases(
         .filter(|s| !history.sent_by_a_stopped_proxy(s))
         .filter_map(|s| {
             // A stream's first requests that the member read as a hang or a held link ended were sent before,
-            // while the stream may still have been the proxy's only one: in use from the start of that wait.
-            let first = history.arrived_by(s.member, s.first_request_at?);
+            // while the stream may still have been the proxy's only one: in use from the start of that wait, or
+            // from the start of the proxy instance that sent them, if that was later.
+            let first = history
+                .arrived_by(s.member, s.first_request_at?)
+                .max(history.sender_started(s));
             let last = s.last_request_at?;
             Some((first, last.saturating_sub(DELIVERY_SLACK).max(first)))
         });
@@ -81,8 +84,13 @@ pub fn check_leases(
             .filter(|s| s.kind == StreamKind::LeaseKeepAlive)
             .map(|s| {
                 format!(
-                    "member {} opened {:?} requests {:?}..{:?} closed {:?}",
-                    s.member, s.opened_at, s.first_request_at, s.last_request_at, s.closed_at
+                    "member {} connected {:?} opened {:?} requests {:?}..{:?} closed {:?}",
+                    s.member,
+                    s.connected_at,
+                    s.opened_at,
+                    s.first_request_at,
+                    s.last_request_at,
+                    s.closed_at
                 )
             })
             .collect();

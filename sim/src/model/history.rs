@@ -169,6 +169,22 @@ impl History {
         })
     }
 
+    /// When the proxy instance that sent `stream` started: the latest restart before the member accepted the
+    /// stream's connection (zero, the first instance's start, if none was or the connection is not known). A
+    /// stream cannot have been sent before the process that sent it existed.
+    pub fn sender_started(&self, stream: &StreamRecord) -> Duration {
+        stream
+            .connected_at
+            .and_then(|connected| {
+                self.proxy_restarts
+                    .iter()
+                    .copied()
+                    .filter(|&restart| restart < connected)
+                    .max()
+            })
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// The events of revisions `from..=to`, in order, paired with their revision.
     pub fn events_between(&self, from: i64, to: i64) -> impl Iterator<Item = &Event> + '_ {
         // Revisions are appended in increasing order, so a binary search finds the start.

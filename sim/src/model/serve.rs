@@ -85,7 +85,6 @@ pub async fn serve_with(
 ) -> Result<(), tonic::transport::Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = Serving {
-        cluster: cluster.clone(),
         routes: routes(&cluster, member, &stop_rx),
         http2: http2_builder(&cluster, member, options.keepalive),
         tls: options.tls,
@@ -107,7 +106,9 @@ pub async fn serve_with(
             accepted = listener.accept() => match accepted {
                 Ok((accepted, _peer)) => match accepted.open() {
                     Ok(conn) => {
-                        let connection = serving.clone().connection(conn);
+                        // Accepted now, by the kernel, even if the process reads the connection only on resume.
+                        let connected_at = ConnectedAt(cluster.now());
+                        let connection = serving.clone().connection(conn, connected_at);
                         connections.spawn(WhileRunning::new(&cluster, member, connection));
                     }
                     Err(err) => tracing::debug!(%err, "model etcd: cannot take over a connection"),
@@ -179,7 +180,6 @@ fn http2_builder(
 /// What every connection of a member is served with.
 #[derive(Clone)]
 struct Serving {
-    cluster: Cluster,
     routes: Routes,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<Arc<ServerTls>>,
@@ -188,9 +188,9 @@ struct Serving {
 }
 
 impl Serving {
-    /// Serves one accepted connection until it ends, or ends it gracefully when the member shuts down.
-    async fn connection(mut self, conn: Conn) {
-        let connected_at = ConnectedAt(self.cluster.now());
+    /// Serves one connection, accepted at `connected_at`, until it ends, or ends it gracefully when the member
+    /// shuts down.
+    async fn connection(mut self, conn: Conn, connected_at: ConnectedAt) {
         let conn = match &self.tls {
             // A handshake still running at shutdown has no calls to finish.
             Some(tls) => tokio::select! {
