@@ -8,7 +8,10 @@
 //! Progress requests move every copy to the revision etcd answers them at when its range had no event, so that a
 //! read wanting a newer revision than a copy's last event need not go to etcd. Only from etcd 3.5.8 does a progress
 //! answer mean that every watcher of the stream has received everything up to it (`etcd_version`); with an older
-//! etcd copies move by their own events only.
+//! etcd copies move by their own events only. Each answer is judged by the version of the member that gave it (its
+//! header names it; [`crate::upstream::versions`]), not by the version learnt once: during a rolling upgrade the
+//! stream can move from an upgraded member to one that is not, whose answer comes while a watcher resumed there
+//! is still catching up.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,11 +22,14 @@ use tokio::time::Instant;
 use super::rest::Resting;
 use super::store::{Evicted, Retired, Store, WatchId};
 use crate::metrics::Metrics;
+use crate::upstream::etcd_version;
 use crate::upstream::identity::Identity;
 use crate::upstream::{Upstream, shutting_down};
-use crate::watch::etcd_version;
 use crate::watch::hub::ETCD_RESYNC_PERIOD;
 use crate::watch::{LocalStream, StreamHandle, WatchService};
+
+/// How often the cache asks the active member's version again (see [`Feed::learn_version`]).
+const VERSION_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Responses the cache's stream may hold unread; the feed applies them as they come, so this is only a burst.
 const STREAM_BUFFER: usize = 4096;
@@ -37,8 +43,11 @@ pub struct State {
     /// Progress requests sent on the current stream, and whether the last is unanswered.
     progress_sent: u64,
     progress_in_flight: bool,
-    /// Whether progress answers move copies (etcd 3.5.8 on); `None` until a member has said its version.
+    /// Whether progress answers move copies (etcd 3.5.8 on); `None` until a member has said its version. Each
+    /// answer is still judged by the version of the member that gave it ([`Feed::apply`]).
     progress_trusted: Option<bool>,
+    /// The task that learns the version, and learns it again now and then, runs.
+    learning_version: bool,
     /// When the last copy's watcher was created.
     new_watchers: NewWatchers,
 }
@@ -93,6 +102,7 @@ impl Feed {
                 progress_sent: 0,
                 progress_in_flight: false,
                 progress_trusted: None,
+                learning_version: false,
                 new_watchers: NewWatchers::default(),
             }),
             changed: Notify::new(),
@@ -138,7 +148,8 @@ impl Feed {
             state.progress_sent = 0;
             state.progress_in_flight = false;
             tokio::spawn(self.clone().apply_responses(responses, aborted));
-            if state.progress_trusted.is_none() {
+            if !state.learning_version {
+                state.learning_version = true;
                 tokio::spawn(self.clone().learn_version());
             }
         }
@@ -212,17 +223,26 @@ impl Feed {
         self.lock().progress_trusted == Some(false)
     }
 
+    /// Learns the active member's version, and again every [`VERSION_RECHECK`] until the proxy shuts down: an
+    /// upgrade changes it one member at a time.
     async fn learn_version(self: Arc<Self>) {
-        let token = match &self.identity {
-            Some(identity) => identity.token(&self.upstream).await.ok().flatten(),
-            None => None,
-        };
-        let trusted = match self.upstream.version(token.as_deref()).await {
-            Ok(version) => !etcd_version::answers_progress_without_watchers(Some(&version)),
-            Err(_) => return,
-        };
-        self.lock().progress_trusted = Some(trusted);
-        self.changed.notify_waiters();
+        let mut shutdown = self.upstream.shutdown_signal();
+        loop {
+            let token = match &self.identity {
+                Some(identity) => identity.token(&self.upstream).await.ok().flatten(),
+                None => None,
+            };
+            if let Ok(version) = self.upstream.version(token.as_deref()).await {
+                let trusted = !etcd_version::answers_progress_without_watchers(Some(&version));
+                self.lock().progress_trusted = Some(trusted);
+                self.changed.notify_waiters();
+            }
+            tokio::select! {
+                biased;
+                _ = shutting_down(&mut shutdown) => return,
+                () = tokio::time::sleep(VERSION_RECHECK) => {}
+            }
+        }
     }
 
     async fn apply_responses(
@@ -264,7 +284,20 @@ impl Feed {
             if state.progress_in_flight {
                 state.progress_in_flight = false;
                 let request = state.progress_sent;
-                state.store.progress(request, revision);
+                let member = response.header.map_or(0, |h| h.member_id);
+                if self
+                    .upstream
+                    .member_versions()
+                    .answers_progress_when_synced(member)
+                {
+                    state.store.progress(request, revision);
+                } else {
+                    // A member before 3.5.8 (during an upgrade, the stream moved to one not upgraded yet) answers
+                    // at once, while a watcher resumed there from an older revision may still be catching up:
+                    // its answer moves no copy, and reads stop waiting for progress until the version is
+                    // learnt again.
+                    state.progress_trusted = Some(false);
+                }
             }
             return;
         }

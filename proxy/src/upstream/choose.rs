@@ -59,6 +59,9 @@ impl Upstream {
         let deadline = Instant::now() + wait;
         let mut client = MaintenanceClient::new(channel.clone());
         let answer = tokio::time::timeout(wait, client.status(StatusRequest {})).await;
+        if let Ok(Ok(status)) = &answer {
+            self.versions.record(status.get_ref());
+        }
         if let Ok(Ok(status)) = &answer
             && let Some(header) = &status.get_ref().header
         {

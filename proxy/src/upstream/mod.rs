@@ -15,10 +15,12 @@
 //! - [`ordering`]: serializable reads that never go back in revision.
 //! - [`pool`], [`sync`]: the endpoints, and `--endpoints-auto-sync-interval`'s refresh of them from MemberList.
 //! - [`forward`], [`codec`], [`outbound`], [`identity`]: what a call carries upstream.
+//! - [`etcd_version`], [`versions`]: where etcd's versions differ, and the version each member said.
 
 mod call;
 mod choose;
 pub mod codec;
+pub mod etcd_version;
 mod forward;
 mod heartbeat;
 mod http_get;
@@ -30,11 +32,13 @@ pub mod outbound;
 mod pool;
 pub mod supervisor;
 mod sync;
+pub mod versions;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
@@ -130,6 +134,8 @@ pub struct Upstream {
     shutdown: watch::Receiver<bool>,
     /// `--enable-distributed-tracing`: makes the client span of each attempt (and the server span of each call).
     tracer: Option<Arc<crate::otel::Tracer>>,
+    /// The version each member said in its Status answers.
+    versions: versions::MemberVersions,
 }
 
 impl Upstream {
@@ -195,6 +201,7 @@ impl Upstream {
             revision_floor: config.serializable_ordering.then(RevisionFloor::default),
             shutdown,
             tracer,
+            versions: versions::MemberVersions::default(),
         });
         if choosing {
             tokio::spawn(upstream.clone().choose_first(active));
@@ -347,6 +354,26 @@ impl Upstream {
         self.status(token).await.map(|s| s.version)
     }
 
+    /// The etcd version the member of `pick` reports, asked with `token` on that member's connection: what a
+    /// stream opened there will meet (see [`versions`]).
+    pub async fn version_on(
+        &self,
+        pick: &Active,
+        token: Option<&str>,
+    ) -> Result<String, tonic::Status> {
+        let mut request = tonic::Request::new(proto::etcdserverpb::StatusRequest {});
+        if let Some(token) = token.and_then(|t| t.parse().ok()) {
+            request.metadata_mut().insert("token", token);
+        }
+        let status = MaintenanceClient::new(pick.channel.clone())
+            .max_decoding_message_size(self.max_recv_bytes)
+            .status(request)
+            .await?
+            .into_inner();
+        self.versions.record(&status);
+        Ok(status.version)
+    }
+
     /// The active member's Status, asked with `token` (see [`Upstream::require_leader`] for why no `hasleader`).
     async fn status(
         self: &Arc<Self>,
@@ -356,9 +383,17 @@ impl Upstream {
         if let Some(token) = token.and_then(|t| t.parse().ok()) {
             request.metadata_mut().insert("token", token);
         }
-        self.call(Retry::ReadOnly, path::STATUS, request)
+        let status = self
+            .call(Retry::ReadOnly, path::STATUS, request)
             .await
-            .map(tonic::Response::into_inner)
+            .map(tonic::Response::into_inner)?;
+        self.versions.record(&status);
+        Ok(status)
+    }
+
+    /// The version each member said in its Status answers (the heartbeat's, the probes', a stream's).
+    pub fn member_versions(&self) -> &versions::MemberVersions {
+        &self.versions
     }
 
     /// Records that a call on `pick` failed because its endpoint cannot serve: marks the endpoint down, starts

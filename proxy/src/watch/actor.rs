@@ -95,8 +95,6 @@ pub struct Actor {
     pub key: Option<String>,
     pub commands: mpsc::UnboundedReceiver<Command>,
     pub registry: Registry,
-    /// Whether the hub answers as the members' version of etcd does yet (see [`Actor::learn_version`]).
-    pub version_known: bool,
     /// The token the next upstream stream carries (see [`Actor::stream_token`]).
     pub token: Option<String>,
 }
@@ -121,19 +119,15 @@ impl Actor {
         supervisor::supervise(&upstream, &mut self).await;
     }
 
-    /// Learns the members' etcd version once, for answers that differ between versions. The members of a cluster
-    /// run one version but during an upgrade, and a member that is slow to say now is asked again at the next
-    /// stream rather than holding this one up.
-    async fn learn_version(&mut self, token: Option<&str>) {
-        match tokio::time::timeout(VERSION_WAIT, self.upstream.version(token)).await {
-            Ok(Ok(version)) => {
-                self.hub.set_etcd_version(Some(&version));
-                self.version_known = true;
-            }
-            Ok(Err(refused)) if error::is_auth_refusal(&refused) => {
-                self.hub.set_etcd_version(None);
-                self.version_known = true;
-            }
+    /// Learns the etcd version of the member a stream opens on (`pick`), each time one opens, so that the hub
+    /// answers as that member does: the members of a cluster run one version except during an upgrade, when a
+    /// stream that moves from an upgraded member to one not yet upgraded meets the older rules (a progress answer
+    /// before 3.5.8 does not mean that the stream's watchers are synced). A member slow to say keeps what the hub
+    /// knew, rather than holding the stream up: it is asked again at the next stream.
+    async fn learn_version(&mut self, pick: &Active, token: Option<&str>) {
+        match tokio::time::timeout(VERSION_WAIT, self.upstream.version_on(pick, token)).await {
+            Ok(Ok(version)) => self.hub.set_etcd_version(Some(&version)),
+            Ok(Err(refused)) if error::is_auth_refusal(&refused) => self.hub.set_etcd_version(None),
             Ok(Err(_)) | Err(_) => {}
         }
     }
@@ -348,15 +342,12 @@ impl Supervised for Actor {
                 return Ready::Retry;
             }
         }
-        if !self.version_known {
-            let token = self.token.clone();
-            self.learn_version(token.as_deref()).await;
-        }
         Ready::Serve
     }
 
     async fn serve(&mut self, pick: &Active, span: &mut Option<OpenSpan>) -> Ended {
         let token = self.token.clone();
+        self.learn_version(pick, token.as_deref()).await;
         match self.serve_stream(pick, token.as_deref(), span).await {
             StreamEnd::Finished => Ended::Finished,
             StreamEnd::Idle | StreamEnd::Moved => Ended::Reopen,

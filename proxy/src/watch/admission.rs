@@ -14,7 +14,7 @@ use proto::etcdserverpb::{
 };
 use tonic::{Code, Request, Status};
 
-use super::etcd_version;
+use crate::upstream::etcd_version;
 use crate::upstream::{Forwarded, Retry, Upstream, path};
 
 /// etcd's answer to a Range above its current revision: the caller passed the permission check.

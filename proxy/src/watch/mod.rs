@@ -6,13 +6,11 @@
 //! - [`actor`]: runs a hub against etcd over one upstream Watch stream per caller identity (or one in all, with
 //!   the proxy's own identity, `--user`).
 //! - [`admission`]: with the proxy's own identity, checks each caller's token for read permission on its range.
-//! - [`etcd_version`]: where etcd versions differ in what a watch stream answers.
 //!
 //! This module wires client streams to their hub: requests in, responses (bounded by `--watch-buffer-size`) out.
 
 pub mod actor;
 pub mod admission;
-pub mod etcd_version;
 pub mod filter;
 pub mod hub;
 #[cfg(test)]
@@ -118,7 +116,6 @@ impl WatchService {
             key: token.clone(),
             commands: receiver,
             registry: self.hubs.clone(),
-            version_known: false,
             token: None,
         };
         let _ = commands.send(Command::Open {

@@ -25,6 +25,8 @@ struct Member {
     process: Option<Process>,
     /// The `--initial-cluster` of a member that joined a running cluster (`--initial-cluster-state=existing`).
     joined: Option<String>,
+    /// The binaries of a member upgraded in place ([`EtcdCluster::upgrade`]); the cluster's otherwise.
+    upgraded: Option<Binaries>,
 }
 
 /// A running etcd cluster. Dropping it kills every member and removes the data directories; when the drop
@@ -78,6 +80,7 @@ impl EtcdCluster {
                 log: dir.path().join(format!("m{i}.log")),
                 process: None,
                 joined: None,
+                upgraded: None,
             })
             .collect();
         let initial_cluster = members
@@ -179,7 +182,8 @@ impl EtcdCluster {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://{}", self.addr(i));
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
-        let mut cmd = Command::new(&self.binaries.etcd);
+        let binaries = m.upgraded.as_ref().unwrap_or(&self.binaries);
+        let mut cmd = Command::new(&binaries.etcd);
         cmd.arg(format!("--name={}", m.name))
             .arg(format!("--data-dir={}", m.data_dir.display()))
             .arg(format!("--listen-client-urls={client_url}"))
@@ -200,7 +204,7 @@ impl EtcdCluster {
             .arg("--log-outputs=stderr")
             .args(self.tls.iter().flat_map(EtcdTls::process_flags))
             .args(&self.extra_args);
-        let name = format!("etcd {} member {i}", self.binaries.version);
+        let name = format!("etcd {} member {i}", binaries.version);
         let process = Process::spawn(&name, cmd, &m.log)?;
         self.members[i].process = Some(process);
         Ok(())
@@ -256,6 +260,15 @@ impl EtcdCluster {
         if self.members[i].process.is_some() {
             return Err(format!("restart({i}) of a member that is still running"));
         }
+        self.spawn(i)?;
+        self.wait_healthy(i).await
+    }
+
+    /// Upgrades member `i` in place, as one step of a rolling upgrade: stops it, starts `binaries`' etcd on its
+    /// data directory and ports, and waits until it is healthy. The other members keep their version.
+    pub async fn upgrade(&mut self, i: usize, binaries: &Binaries) -> Result<(), String> {
+        self.kill(i);
+        self.members[i].upgraded = Some(binaries.clone());
         self.spawn(i)?;
         self.wait_healthy(i).await
     }
@@ -336,6 +349,7 @@ impl EtcdCluster {
             log: self.dir.path().join(format!("{new_name}.log")),
             process: None,
             joined: Some(joined),
+            upgraded: None,
         };
         match slot {
             Some(i) => self.members[i] = member,

@@ -33,7 +33,7 @@ impl Hub {
     /// Answers progress requests as etcd of `version` does (`None`: the member would not say; the newest way).
     pub fn set_etcd_version(&mut self, version: Option<&str>) {
         self.answers_idle_progress =
-            crate::watch::etcd_version::answers_progress_without_watchers(version);
+            crate::upstream::etcd_version::answers_progress_without_watchers(version);
     }
 
     pub fn request_progress(&mut self, stream_id: StreamId) {
