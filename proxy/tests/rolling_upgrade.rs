@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proto::etcdserverpb::kv_client::KvClient;
 use proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest, StatusResponse};
+use proto::etcdserverpb::{RangeRequest, StatusRequest, StatusResponse};
 use support::metrics;
 use testkit::{Version, wait_for};
 use tonic::transport::Channel;
@@ -24,16 +24,6 @@ const SETUP_GUARD: Duration = Duration::from_secs(30);
 /// How long reads go on after the proxy has moved to a member not yet upgraded: the cache's watchers resumed there
 /// catch up within etcd's 100 ms sync, and a read waits at most 1 s for a copy before going to etcd.
 const READS_AFTER_THE_MOVE: Duration = Duration::from_secs(3);
-
-async fn put(client: &mut KvClient<Channel>, key: &str, value: &str) -> i64 {
-    let request = PutRequest {
-        key: key.into(),
-        value: value.into(),
-        ..Default::default()
-    };
-    let answer = client.put(request).await.expect("put").into_inner();
-    answer.header.expect("header").revision
-}
 
 /// The value of `key`, read linearizably.
 async fn read(client: &mut KvClient<Channel>, key: &str) -> Vec<u8> {
@@ -100,8 +90,8 @@ async fn linearizable_reads_from_the_cache_stay_current_when_an_upgrade_moves_th
     })
     .await;
     let mut through = KvClient::new(support::grpc::channel(&proxy.addr()).await);
-    let mut direct = KvClient::new(support::grpc::channel(&cluster.addr(other)).await);
-    put(&mut direct, "k", "before").await;
+    let direct = support::grpc::channel(&cluster.addr(other)).await;
+    support::grpc::put(&direct, "k", "before").await;
     // The copy of `k`, filled from a read and kept by a watcher on the upgraded member, answers linearizable
     // reads there (etcd 3.5.30's progress answers move it).
     wait_for("a linearizable read from the cache", SETUP_GUARD, || {
@@ -126,7 +116,7 @@ async fn linearizable_reads_from_the_cache_stay_current_when_an_upgrade_moves_th
     // The cache's watcher resumes there from before the write: until etcd 3.5.1 has synced it, its progress answer
     // says a revision whose event the watcher has not delivered.
     cluster.pause(upgraded);
-    put(&mut direct, "k", "after").await;
+    support::grpc::put(&direct, "k", "after").await;
     let failovers_before = metrics::failovers(&proxy.metrics().await);
     let hung_at = tokio::time::Instant::now();
     let mut moved_at = None;
