@@ -59,12 +59,10 @@ impl Upstream {
         let deadline = Instant::now() + wait;
         let mut client = MaintenanceClient::new(channel.clone());
         let answer = tokio::time::timeout(wait, client.status(StatusRequest {})).await;
-        if let Ok(Ok(status)) = &answer {
-            self.versions.record(status.get_ref());
-        }
         if let Ok(Ok(status)) = &answer
             && let Some(header) = &status.get_ref().header
         {
+            self.versions.record(status.get_ref());
             // A member with a leader reports a revision etcd committed: a serializable answer older than it comes
             // from a member that lags, and must not be passed on (`ordering`). This is how a proxy that just
             // started (which has returned nothing yet) learns where its clients may already be. A member without

@@ -361,13 +361,9 @@ impl Upstream {
         pick: &Active,
         token: Option<&str>,
     ) -> Result<String, tonic::Status> {
-        let mut request = tonic::Request::new(proto::etcdserverpb::StatusRequest {});
-        if let Some(token) = token.and_then(|t| t.parse().ok()) {
-            request.metadata_mut().insert("token", token);
-        }
         let status = MaintenanceClient::new(pick.channel.clone())
             .max_decoding_message_size(self.max_recv_bytes)
-            .status(request)
+            .status(status_request(token))
             .await?
             .into_inner();
         self.versions.record(&status);
@@ -379,12 +375,8 @@ impl Upstream {
         self: &Arc<Self>,
         token: Option<&str>,
     ) -> Result<proto::etcdserverpb::StatusResponse, tonic::Status> {
-        let mut request = tonic::Request::new(proto::etcdserverpb::StatusRequest {});
-        if let Some(token) = token.and_then(|t| t.parse().ok()) {
-            request.metadata_mut().insert("token", token);
-        }
         let status = self
-            .call(Retry::ReadOnly, path::STATUS, request)
+            .call(Retry::ReadOnly, path::STATUS, status_request(token))
             .await
             .map(tonic::Response::into_inner)?;
         self.versions.record(&status);
@@ -556,6 +548,15 @@ pub mod path {
 
 /// etcd's answer to a call that requires a leader (`hasleader: true`) while the cluster has none.
 pub const NO_LEADER: &str = "etcdserver: no leader";
+
+/// A Status request carrying `token`, if any.
+fn status_request(token: Option<&str>) -> tonic::Request<proto::etcdserverpb::StatusRequest> {
+    let mut request = tonic::Request::new(proto::etcdserverpb::StatusRequest {});
+    if let Some(token) = token.and_then(|t| t.parse().ok()) {
+        request.metadata_mut().insert("token", token);
+    }
+    request
+}
 
 /// Sleeps for `period`; false if the proxy began shutting down meanwhile (the periodic tasks then end).
 async fn sleep_unless_shutdown(signal: &mut watch::Receiver<bool>, period: Duration) -> bool {

@@ -41,8 +41,10 @@ impl MemberVersions {
     /// it answers at once, while a watcher resumed from an older revision may still be catching up). A member that
     /// has not said its version is not taken at its word.
     pub fn answers_progress_when_synced(&self, member_id: u64) -> bool {
-        self.of(member_id)
-            .is_some_and(|version| !etcd_version::answers_progress_without_watchers(Some(&version)))
+        let by_member = self.by_member.lock().unwrap_or_else(|p| p.into_inner());
+        by_member
+            .get(&member_id)
+            .is_some_and(|version| !etcd_version::answers_progress_without_watchers(Some(version)))
     }
 }
 
