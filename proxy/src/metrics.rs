@@ -55,6 +55,8 @@ pub struct MetricSet {
     pub cache_evictions: IntCounter,
     /// Cached ranges dropped after failing to answer reads in a row.
     pub cache_retirements: IntCounter,
+    /// Times the whole range cache fell asleep for answering next to nothing.
+    pub cache_sleeps: IntCounter,
     /// Range calls answered locally from keys the leasing protocol owns (`--experimental-leasing-prefix`).
     pub leasing_local_reads: IntCounter,
     /// Keys the leasing protocol owns now.
@@ -165,6 +167,10 @@ impl Metrics {
             "etcd_grpc_proxy_cache_retired_total",
             "Cached ranges dropped after 32 reads in a row, over at least 2 s, they could not answer (each then rests 1 s to 32 s before it is cached again)",
         )?;
+        let cache_sleeps = IntCounter::new(
+            "etcd_grpc_proxy_cache_sleeps_total",
+            "Times the range cache dropped every copy and let every read go to etcd for a while (1 s to 8 s), its copies having answered fewer than 1 read in 32 over at least 500 ms",
+        )?;
         let leasing_local_reads = IntCounter::new(
             "etcd_grpc_proxy_leasing_local_reads_total",
             "Range calls answered locally from keys the leasing protocol owns (--experimental-leasing-prefix).",
@@ -257,6 +263,7 @@ impl Metrics {
         registry.register(Box::new(cache_bytes.clone()))?;
         registry.register(Box::new(cache_evictions.clone()))?;
         registry.register(Box::new(cache_retirements.clone()))?;
+        registry.register(Box::new(cache_sleeps.clone()))?;
         registry.register(Box::new(leasing_local_reads.clone()))?;
         registry.register(Box::new(leasing_owned_keys.clone()))?;
         registry.register(Box::new(lease_client_streams.clone()))?;
@@ -291,6 +298,7 @@ impl Metrics {
             cache_bytes,
             cache_evictions,
             cache_retirements,
+            cache_sleeps,
             leasing_local_reads,
             leasing_owned_keys,
             lease_client_streams,

@@ -2,7 +2,8 @@
 //! by the cache's watch (answered from the cache, not by going to etcd), reads never go back in revision, a write
 //! through the proxy is read back at once, every option of Range is answered from a copy exactly as etcd answers
 //! it (ranges inside a cached prefix included), linearizable reads from the cache reflect every acknowledged write,
-//! a copy that keeps failing to answer is retired and its range filled again after resting, and under auth a copy
+//! a copy that keeps failing to answer is retired and its range filled again after resting, a cache whose copies
+//! answer nothing sleeps (every read to etcd, no copy kept) and wakes, and under auth a copy
 //! another user's read filled reaches only users etcd lets read it.
 
 mod support;
@@ -475,6 +476,24 @@ fn cache_gauges(text: &str) -> (f64, f64) {
     )
 }
 
+/// One write through the proxy to "elsewhere", then a serializable read of "k" through it, which must see the
+/// write's revision; then reads of "elsewhere" until its copy answers one (it does once the write's event came).
+/// Returns how many of the reads of "k" the cache answered (0 or 1).
+async fn read_k_after_write_elsewhere(
+    through: &KvClient<Channel>,
+    proxy: &testkit::ProxyProcess,
+) -> f64 {
+    let written = put(&mut through.clone(), "elsewhere", "x").await;
+    let (hits_before, _) = hits_and_misses(&proxy.metrics().await);
+    let answer = read(&mut through.clone(), serializable("k", b"")).await;
+    let (hits, _) = hits_and_misses(&proxy.metrics().await);
+    assert_eq!(answer.kvs[0].value, b"v"[..]);
+    assert!(revision(&answer) >= written, "{answer:?}");
+    let answer = first_answer_from_the_copy(through, proxy, serializable("elsewhere", b"")).await;
+    assert!(revision(&answer) >= written, "{answer:?}");
+    hits - hits_before
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_resting() {
     use proxy::cache::store::{MISSES_TO_RETIRE, UNANSWERED_FOR};
@@ -488,34 +507,40 @@ async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_r
         through,
     } = Stack::start(&binaries).await;
     put(&mut direct, "k", "v").await;
-    read(&mut through.clone(), serializable("k", b"")).await;
-    first_answer_from_the_copy(&through, &proxy, serializable("k", b"")).await;
-    assert_eq!(cache_gauges(&proxy.metrics().await), (1.0, 0.0));
-    let (hits_before, _) = hits_and_misses(&proxy.metrics().await);
+    put(&mut direct, "elsewhere", "x").await;
+    for key in ["k", "elsewhere"] {
+        read(&mut through.clone(), serializable(key, b"")).await;
+        first_answer_from_the_copy(&through, &proxy, serializable(key, b"")).await;
+    }
+    assert_eq!(cache_gauges(&proxy.metrics().await), (2.0, 0.0));
 
-    // Each write through the proxy elsewhere moves the revision a serializable read of "k" must reach. Only a
-    // progress answer (etcd 3.5.8 on) can bring the copy of "k" there; before, it never answers again.
-    let read_after_write = |mut through: KvClient<Channel>| async move {
-        let written = put(&mut through, "elsewhere", "x").await;
-        let answer = read(&mut through, serializable("k", b"")).await;
-        assert_eq!(answer.kvs[0].value, b"v"[..]);
-        assert!(revision(&answer) >= written, "{answer:?}");
-    };
+    // Each write through the proxy to "elsewhere" moves the revision a serializable read of "k" must reach. Only a
+    // progress answer (etcd 3.5.8 on) can bring the copy of "k" there; before, it never answers again. The copy
+    // of "elsewhere" answers once its event came, so the cache as a whole answers and stays awake (see the next
+    // test): the copy of "k" is judged on its own.
     let started = tokio::time::Instant::now();
     if progress_moves_copies(binaries.version) {
         let reads = 2 * MISSES_TO_RETIRE;
+        let mut answered = 0.0;
         while started.elapsed() < 2 * UNANSWERED_FOR {
-            read_after_write(through.clone()).await;
+            answered += read_k_after_write_elsewhere(&through, &proxy).await;
         }
         for _ in 0..reads {
-            read_after_write(through.clone()).await;
+            answered += read_k_after_write_elsewhere(&through, &proxy).await;
         }
-        let (hits, _) = hits_and_misses(&proxy.metrics().await);
-        assert!(hits - hits_before >= f64::from(reads), "{hits} hits");
+        assert!(
+            answered >= f64::from(reads),
+            "{answered} reads of k answered"
+        );
         assert_eq!(
             cache_gauges(&proxy.metrics().await),
-            (1.0, 0.0),
+            (2.0, 0.0),
             "a copy that answers is kept"
+        );
+        assert_eq!(
+            sleeps(&proxy.metrics().await),
+            0.0,
+            "a cache that answers stays awake"
         );
         return;
     }
@@ -524,26 +549,8 @@ async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_r
         reads += 1;
         let (through, proxy) = (through.clone(), &proxy);
         async move {
-            read_after_write(through).await;
-            match cache_gauges(&proxy.metrics().await) {
-                (0.0, 1.0) => Ok(()),
-                other => Err(format!("ranges held and retired: {other:?}")),
-            }
-        }
-    })
-    .await;
-    let (hits, _) = hits_and_misses(&proxy.metrics().await);
-    assert_eq!(hits, hits_before, "an older etcd's copy cannot answer");
-    assert!(
-        reads >= MISSES_TO_RETIRE && started.elapsed() >= UNANSWERED_FOR,
-        "retired after only {reads} misses in {:?}",
-        started.elapsed()
-    );
-    // Its range rests, then a read fills it again.
-    wait_for("the range filled again", DELIVERY_GUARD, || {
-        let (through, proxy) = (through.clone(), &proxy);
-        async move {
-            read_after_write(through).await;
+            let answered = read_k_after_write_elsewhere(&through, proxy).await;
+            assert_eq!(answered, 0.0, "an older etcd's copy cannot answer");
             match cache_gauges(&proxy.metrics().await) {
                 (1.0, 1.0) => Ok(()),
                 other => Err(format!("ranges held and retired: {other:?}")),
@@ -551,4 +558,120 @@ async fn a_copy_that_cannot_answer_is_retired_and_its_range_filled_again_after_r
         }
     })
     .await;
+    assert!(
+        reads >= MISSES_TO_RETIRE && started.elapsed() >= UNANSWERED_FOR,
+        "retired after only {reads} misses in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        sleeps(&proxy.metrics().await),
+        0.0,
+        "a cache that answers stays awake"
+    );
+    // Its range rests, then a read fills it again.
+    wait_for("the range filled again", DELIVERY_GUARD, || {
+        let (through, proxy) = (through.clone(), &proxy);
+        async move {
+            read_k_after_write_elsewhere(&through, proxy).await;
+            match cache_gauges(&proxy.metrics().await) {
+                (2.0, 1.0) => Ok(()),
+                other => Err(format!("ranges held and retired: {other:?}")),
+            }
+        }
+    })
+    .await;
+}
+
+fn sleeps(text: &str) -> f64 {
+    metrics::value(text, "etcd_grpc_proxy_cache_sleeps_total", &[]).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_whose_copies_answer_nothing_sleeps_with_every_read_going_to_etcd_then_wakes() {
+    use proxy::cache::rest::REST_MIN;
+    use proxy::cache::sleep::JUDGED_OVER;
+    use proxy::cache::store::MISSES_TO_RETIRE;
+    use tokio::time::Instant;
+    let Some(binaries) = support::etcd() else {
+        return;
+    };
+    let Stack {
+        _cluster,
+        proxy,
+        direct: _,
+        mut through,
+    } = Stack::start(&binaries).await;
+
+    // A scan: each range read once fills a copy that never answers, on every etcd version.
+    const SCAN_STEP: u32 = 8;
+    let started = Instant::now();
+    let mut scanned = 0;
+    let mut seen_asleep = false;
+    for slept in 1..=4 {
+        // The sleep begins during one of these reads, so no earlier than the start of the last one.
+        let mut last_read_started = Instant::now();
+        wait_for("the cache asleep", DELIVERY_GUARD, || {
+            // Reads come faster than MISSES_TO_RETIRE in twice JUDGED_OVER, even between polls.
+            let keys: Vec<String> = (0..SCAN_STEP)
+                .map(|n| format!("scan/{}", scanned + n))
+                .collect();
+            scanned += SCAN_STEP;
+            last_read_started = Instant::now();
+            let (mut through, proxy) = (through.clone(), &proxy);
+            async move {
+                for key in keys {
+                    read(&mut through, serializable(&key, b"")).await;
+                }
+                match sleeps(&proxy.metrics().await) {
+                    n if n >= f64::from(slept) => Ok(()),
+                    n => Err(format!("{n} sleeps")),
+                }
+            }
+        })
+        .await;
+        if slept == 1 {
+            assert!(
+                scanned >= MISSES_TO_RETIRE && started.elapsed() >= JUDGED_OVER,
+                "asleep after only {scanned} reads in {:?}",
+                started.elapsed()
+            );
+        }
+        let text = proxy.metrics().await;
+        let (hits, misses) = hits_and_misses(&text);
+        assert_eq!(cache_gauges(&text).0, 0.0, "its copies dropped");
+        // Asleep, reads go to etcd past the cache: counted neither as hits nor as misses, filling nothing.
+        for key in ["scan/1", "asleep"] {
+            let answer = read(&mut through, serializable(key, b"")).await;
+            assert!(answer.kvs.is_empty() && revision(&answer) > 0, "{answer:?}");
+        }
+        let text = proxy.metrics().await;
+        // At least REST_MIN long, so these reads surely came within it only if they ended before that.
+        if last_read_started.elapsed() < REST_MIN {
+            assert_eq!(
+                hits_and_misses(&text),
+                (hits, misses),
+                "reads looked up while asleep"
+            );
+            assert_eq!(cache_gauges(&text).0, 0.0, "a copy filled while asleep");
+            seen_asleep = true;
+            break;
+        }
+    }
+    assert!(
+        seen_asleep,
+        "reads asleep were never made within the shortest sleep (the machine too slow to tell)"
+    );
+    // Then it wakes: a read fills a copy again, which answers.
+    wait_for("the cache awake", DELIVERY_GUARD, || {
+        let (mut through, proxy) = (through.clone(), &proxy);
+        async move {
+            read(&mut through, serializable("awake", b"")).await;
+            match cache_gauges(&proxy.metrics().await).0 {
+                0.0 => Err("no copy yet".to_string()),
+                _ => Ok(()),
+            }
+        }
+    })
+    .await;
+    first_answer_from_the_copy(&through, &proxy, serializable("awake", b"")).await;
 }

@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::rest::Resting;
+use super::sleep::Window;
 use super::store::{Evicted, Retired, Store, WatchId};
 use crate::metrics::Metrics;
 use crate::upstream::etcd_version;
@@ -39,6 +40,8 @@ pub struct State {
     pub store: Store,
     /// Ranges whose copy was retired, not filled again for a while.
     pub resting: Resting,
+    /// The reads the copies answered and missed lately, which decide whether the whole cache sleeps.
+    pub window: Window,
     stream: Option<StreamHandle>,
     /// Progress requests sent on the current stream, and whether the last is unanswered.
     progress_sent: u64,
@@ -98,6 +101,7 @@ impl Feed {
             state: Mutex::new(State {
                 store,
                 resting: Resting::default(),
+                window: Window::default(),
                 stream: None,
                 progress_sent: 0,
                 progress_in_flight: false,
@@ -177,6 +181,14 @@ impl Feed {
         self.metrics.cache_retirements.inc();
         Self::cancel_watchers(state, vec![retired.watch_id]);
         state.resting.retired(retired, now);
+        self.update_gauges(state);
+    }
+
+    /// The cache falls asleep ([`super::sleep`]): every copy is dropped and its watcher cancelled.
+    pub fn fall_asleep(&self, state: &mut State) {
+        self.metrics.cache_sleeps.inc();
+        let watch_ids = state.store.clear();
+        Self::cancel_watchers(state, watch_ids);
         self.update_gauges(state);
     }
 

@@ -17,13 +17,16 @@
 //! A read the cache cannot answer in time goes to etcd, as without a cache. A copy that cannot answer 32 reads in a
 //! row over 2 s (before etcd 3.5.8 every write through the proxy elsewhere leaves it behind; a range written faster
 //! than it is read) is retired, so that it stops costing, and its range rests before it is filled again
-//! ([`store::MISSES_TO_RETIRE`], [`rest`]).
+//! ([`store::MISSES_TO_RETIRE`], [`rest`]). A cache whose copies answer fewer than one read in 32 over 500 ms
+//! sleeps: its copies are dropped and every read goes to etcd for a while, at no cost of the cache's but a clock
+//! read ([`sleep`]).
 //!
 //! - [`consistent`]: the revision a linearizable read from the cache must reach.
 //! - [`permission`]: when a read must be checked with etcd before a copy answers it.
 //! - [`query`]: which requests the cache can answer, and the answer from a range's keys.
 //! - [`store`]: the copies, bounded in bytes, least recently read evicted first, retired when they keep missing.
 //! - [`rest`]: the ranges whose copy was retired, resting before they are filled again.
+//! - [`sleep`]: the whole cache asleep while its copies answer next to nothing.
 //! - [`feed`]: the cache's own watch stream that keeps the copies current.
 //!
 //! With auth on, copies are watched with the proxy's own identity (`--user`), and a caller gets a copy's answer
@@ -37,6 +40,7 @@ pub mod feed;
 pub mod permission;
 pub mod query;
 pub mod rest;
+pub mod sleep;
 pub mod store;
 
 use std::collections::HashMap;
@@ -61,6 +65,7 @@ use consistent::Revisions;
 use feed::Feed;
 use permission::Permissions;
 use query::Query;
+use sleep::Sleep;
 use store::Store;
 
 /// How long a serializable read waits for its copy to reach the newest revision the proxy returned before it goes
@@ -112,6 +117,7 @@ pub struct Cache {
     /// The proxy has its own identity (`--user`): callers with a token are served from copies too.
     own_identity: bool,
     permissions: Permissions,
+    sleep: Sleep,
 }
 
 /// What a check with etcd says about answering from a copy: `Err` is etcd's refusal of the caller, the answer to
@@ -168,6 +174,7 @@ impl Cache {
             revisions: Revisions::new(upstream.clone()),
             own_identity,
             permissions: Permissions::default(),
+            sleep: Sleep::default(),
         }))
     }
 
@@ -185,12 +192,14 @@ impl Cache {
         // etcd can say.
         let cacheable = (token.is_none() || self.own_identity) && !forwarded.requires_leader();
         let message = request.into_inner();
-        // Before etcd 3.5.8 no copy can answer a linearizable read (nothing proves a quiet copy current): once a
-        // member said such a version, that read goes to etcd as with the cache off, neither decoded nor looked up
-        // nor counted, and fills nothing (the serializable reads of its range fill their own copy). Until the
-        // version is known it goes through the cache, whose first copy asks.
-        let answerable =
-            cacheable && (is_serializable(&message) || !self.feed.progress_known_useless());
+        // Asleep, the cache lets every read go to etcd as if it were off. Before etcd 3.5.8 no copy can answer a
+        // linearizable read (nothing proves a quiet copy current): once a member said such a version, that read
+        // goes to etcd likewise, neither decoded nor looked up nor counted, and fills nothing (the serializable
+        // reads of its range fill their own copy). Until the version is known it goes through the cache, whose
+        // first copy asks.
+        let answerable = cacheable
+            && !self.sleep.asleep(Instant::now())
+            && (is_serializable(&message) || !self.feed.progress_known_useless());
         let Some(query) = answerable.then(|| Query::of(&message)).flatten() else {
             let answer = self
                 .upstream
@@ -288,7 +297,9 @@ impl Cache {
                 if copy.covered_from.is_some() && copy.revision >= target {
                     let answer = query.answer(copy.kvs_in(&query.range), copy.header())?;
                     copy.answered();
-                    self.upstream.returned_revision(copy.revision);
+                    let revision = copy.revision;
+                    state.window.answered();
+                    self.upstream.returned_revision(revision);
                     return Some(Bytes::from(answer.encode_to_vec()));
                 }
                 self.feed.want_progress(&mut state);
@@ -345,15 +356,24 @@ impl Cache {
         }
     }
 
-    /// Counts the miss against the copy that could not answer it (retiring one that keeps missing), and fills a
-    /// copy of the query's range from etcd's answer, if that answer holds the whole range and the range may be
-    /// filled.
+    /// Counts the miss against the copy that could not answer it (retiring one that keeps missing) and against the
+    /// cache (which falls asleep if its copies answer next to nothing), and fills a copy of the query's range from
+    /// etcd's answer, if that answer holds the whole range and the range may be filled.
     fn missed(&self, query: &Query, answer: &Bytes) {
         {
             let now = Instant::now();
             let mut state = self.feed.lock();
+            // A read that was on its way when the cache fell asleep counts for nothing and fills nothing.
+            if self.sleep.asleep(now) {
+                return;
+            }
             if let Some(retired) = state.store.missed(&query.range, now) {
                 self.feed.retire(&mut state, retired, now);
+            }
+            if let Some(length) = state.window.missed(now) {
+                self.sleep.start(now, length);
+                self.feed.fall_asleep(&mut state);
+                return;
             }
             // A range with a copy already (or resting) is not filled: not decoding the answer then keeps a miss as
             // cheap as a read with the cache off, plus the copy lookups.

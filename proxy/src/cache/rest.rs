@@ -19,6 +19,12 @@ pub const REST_MIN: Duration = Duration::from_secs(1);
 /// The longest rest: the longest a range whose writes have stopped may go to etcd before it is cached again.
 pub const REST_MAX: Duration = Duration::from_secs(32);
 
+/// The rest that follows a `last` one that did not help (the copy after it answered nothing either): twice as
+/// long, up to `longest`; [`REST_MIN`] after none. The cache's sleep ([`super::sleep`]) grows the same way.
+pub fn next_rest(last: Option<Duration>, longest: Duration) -> Duration {
+    last.map_or(REST_MIN, |last| (last * 2).min(longest))
+}
+
 /// One range's rest: until when, and how long the next one is should the next copy answer nothing either.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rest {
@@ -35,10 +41,11 @@ pub struct Resting {
 impl Resting {
     /// A copy was retired at `now`: its range rests.
     pub fn retired(&mut self, retired: Retired, now: Instant) {
-        let length = match (retired.answered_once, self.ranges.get(&retired.range)) {
-            (false, Some(last)) => (last.length * 2).min(REST_MAX),
-            _ => REST_MIN,
+        let last = match retired.answered_once {
+            false => self.ranges.get(&retired.range).map(|rest| rest.length),
+            true => None,
         };
+        let length = next_rest(last, REST_MAX);
         if self.ranges.len() >= MAX_COPIES && !self.ranges.contains_key(&retired.range) {
             // Ranges whose rest has been over a longest rest's time have had their next copy since (or are not
             // read): forgetting them only shortens a rest that may come.

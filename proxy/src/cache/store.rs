@@ -308,9 +308,10 @@ impl Store {
         true
     }
 
-    /// Drops every copy (their watchers' stream is gone); returns how many.
-    pub fn clear(&mut self) -> usize {
-        let dropped = self.copies.len();
+    /// Drops every copy (their watchers' stream is gone, or the cache falls asleep); returns their watchers, in
+    /// the order of their ranges.
+    pub fn clear(&mut self) -> Vec<WatchId> {
+        let dropped = self.copies.values().map(|copy| copy.watch_id).collect();
         self.copies.clear();
         self.wide.clear();
         self.by_watch.clear();
