@@ -169,7 +169,7 @@ impl Metrics {
         )?;
         let cache_sleeps = IntCounter::new(
             "etcd_grpc_proxy_cache_sleeps_total",
-            "Times the range cache dropped every copy and let every read go to etcd for a while (1 s to 8 s), its copies having answered fewer than 1 read in 32 over at least 500 ms",
+            "Times the range cache dropped every copy and let every read go to etcd for a while (1 s to 8 s), its copies having answered fewer than 1 read in 32 over at least 200 ms (450 ms from etcd 3.5.8)",
         )?;
         let leasing_local_reads = IntCounter::new(
             "etcd_grpc_proxy_leasing_local_reads_total",

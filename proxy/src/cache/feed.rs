@@ -58,7 +58,14 @@ pub struct State {
 /// How long after a copy's watcher is created etcd may still be syncing it: etcd syncs a watcher created from a
 /// revision it has reached (as a copy's is) within its resync period, and the watch actor asks for progress again
 /// one period after a request etcd may have dropped meanwhile; two periods cover both.
-const SYNC_WINDOW: std::time::Duration = ETCD_RESYNC_PERIOD.saturating_mul(2);
+pub const SYNC_WINDOW: std::time::Duration = ETCD_RESYNC_PERIOD.saturating_mul(2);
+
+impl State {
+    /// Whether a member said a version whose progress answers cannot move copies (etcd before 3.5.8).
+    pub fn progress_known_useless(&self) -> bool {
+        self.progress_trusted == Some(false)
+    }
+}
 
 /// When the cache last created a watcher, and whether etcd may still be syncing it: etcd from 3.5.13 answers no
 /// progress request on the stream until it has.
@@ -184,12 +191,15 @@ impl Feed {
         self.update_gauges(state);
     }
 
-    /// The cache falls asleep ([`super::sleep`]): every copy is dropped and its watcher cancelled.
-    pub fn fall_asleep(&self, state: &mut State) {
+    /// The cache falls asleep ([`super::sleep`]): every copy is dropped and its watcher cancelled, and the readers
+    /// waiting for a copy to move go to etcd at once.
+    pub fn fall_asleep(&self, mut state: MutexGuard<'_, State>) {
         self.metrics.cache_sleeps.inc();
         let watch_ids = state.store.clear();
-        Self::cancel_watchers(state, watch_ids);
-        self.update_gauges(state);
+        Self::cancel_watchers(&state, watch_ids);
+        self.update_gauges(&state);
+        drop(state);
+        self.changed.notify_waiters();
     }
 
     fn cancel_watchers(state: &State, watch_ids: Vec<WatchId>) {
@@ -232,7 +242,7 @@ impl Feed {
     /// Whether a member said a version whose progress answers cannot move copies (etcd before 3.5.8). Not yet
     /// known before the first copy's stream asked.
     pub fn progress_known_useless(&self) -> bool {
-        self.lock().progress_trusted == Some(false)
+        self.lock().progress_known_useless()
     }
 
     /// Learns the active member's version, and again every [`VERSION_RECHECK`] until the proxy shuts down: an

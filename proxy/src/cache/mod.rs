@@ -17,9 +17,9 @@
 //! A read the cache cannot answer in time goes to etcd, as without a cache. A copy that cannot answer 32 reads in a
 //! row over 2 s (before etcd 3.5.8 every write through the proxy elsewhere leaves it behind; a range written faster
 //! than it is read) is retired, so that it stops costing, and its range rests before it is filled again
-//! ([`store::MISSES_TO_RETIRE`], [`rest`]). A cache whose copies answer fewer than one read in 32 over 500 ms
-//! sleeps: its copies are dropped and every read goes to etcd for a while, at no cost of the cache's but a clock
-//! read ([`sleep`]).
+//! ([`store::MISSES_TO_RETIRE`], [`rest`]). A cache whose copies answer fewer than one read in 32 over the time a
+//! copy takes to start answering sleeps: its copies are dropped and every read goes to etcd for a while, at no
+//! cost of the cache's but a clock read ([`sleep`]).
 //!
 //! - [`consistent`]: the revision a linearizable read from the cache must reach.
 //! - [`permission`]: when a read must be checked with etcd before a copy answers it.
@@ -370,9 +370,10 @@ impl Cache {
             if let Some(retired) = state.store.missed(&query.range, now) {
                 self.feed.retire(&mut state, retired, now);
             }
-            if let Some(length) = state.window.missed(now) {
+            let judged_over = sleep::judged_over(!state.progress_known_useless());
+            if let Some(length) = state.window.missed(now, judged_over) {
                 self.sleep.start(now, length);
-                self.feed.fall_asleep(&mut state);
+                self.feed.fall_asleep(state);
                 return;
             }
             // A range with a copy already (or resting) is not filled: not decoding the answer then keeps a miss as

@@ -1,7 +1,7 @@
 //! The whole cache asleep while it answers next to nothing. A copy that keeps missing is retired on its own
 //! ([`super::rest`]), but a read of a resting range still costs the cache's work around it: decoding the request,
 //! looking its range up, sharing its call to etcd with identical reads in flight. When the copies answer fewer
-//! than one read in [`MISSES_TO_RETIRE`] over at least [`JUDGED_OVER`] of reads (before etcd 3.5.8, every write
+//! than one read in [`MISSES_TO_RETIRE`] over at least [`judged_over`] (before etcd 3.5.8, every write
 //! through the proxy leaves every quiet copy behind the revision a serializable read needs; a scan reads each range
 //! once), the cache sleeps: its copies are dropped with their watchers, and every Range goes to etcd as with the
 //! cache off, at the cost of a clock read. A sleep lasts [`super::rest::REST_MIN`], doubling up to [`SLEEP_MAX`]
@@ -13,15 +13,23 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::CATCH_UP_WAIT;
+use super::feed::SYNC_WINDOW;
 use super::rest::next_rest;
 use super::store::MISSES_TO_RETIRE;
 
 /// How long the copies are watched answer before the cache is judged: longer than a copy that can answer takes to
-/// start (its watcher confirmed, a round trip; etcd's sync of it, two of its 100 ms resync periods, before which it
-/// answers no progress request; a serializable reader's wait for that answer, `CATCH_UP_WAIT`, 250 ms). Shorter
+/// start. etcd confirms its watcher within a round trip and syncs it within two of its resync periods
+/// ([`SYNC_WINDOW`]), after which the copy's own events reach it; where progress answers move copies (etcd from
+/// 3.5.8, or a version not known yet) a serializable read behind may also wait [`CATCH_UP_WAIT`] for one. Shorter
 /// than a copy's own [`super::store::UNANSWERED_FOR`]: a cache whose copies all miss is known sooner than any one
 /// copy is, and each time it wakes to a load that still leaves them behind it costs this long again.
-pub const JUDGED_OVER: Duration = Duration::from_millis(500);
+pub fn judged_over(progress_may_move_copies: bool) -> Duration {
+    match progress_may_move_copies {
+        true => SYNC_WINDOW + CATCH_UP_WAIT,
+        false => SYNC_WINDOW,
+    }
+}
 
 /// The longest sleep: every range goes to etcd meanwhile, so it is shorter than a range's longest rest
 /// ([`super::rest::REST_MAX`]); a cache whose writes stopped answers again within it.
@@ -45,7 +53,6 @@ impl Default for Sleep {
 }
 
 impl Sleep {
-
     fn since_origin(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
@@ -81,15 +88,15 @@ impl Window {
     }
 
     /// A read the cache looked up went to etcd at `now` (not counted while the cache sleeps: a read already on its
-    /// way when it fell asleep). Once the period holds [`MISSES_TO_RETIRE`] misses over [`JUDGED_OVER`] at least,
-    /// it is judged and a new one begins: returns the length of the sleep to start if the copies answered fewer
-    /// than one read in [`MISSES_TO_RETIRE`]. A period that reaches twice [`JUDGED_OVER`] unjudged (reads too few,
-    /// or paused: a load that comes in bursts) begins again at this miss, so that a burst is judged by its own
-    /// reads, not by the last one's with its first few.
-    pub fn missed(&mut self, now: Instant) -> Option<Duration> {
+    /// way when it fell asleep). Once the period holds [`MISSES_TO_RETIRE`] misses over `judged_over` at least
+    /// ([`judged_over`]), it is judged and a new one begins: returns the length of the sleep to start if the copies
+    /// answered fewer than one read in [`MISSES_TO_RETIRE`]. A period that reaches twice `judged_over` unjudged
+    /// (reads too few, or paused: a load that comes in bursts) begins again at this miss, so that a burst is judged
+    /// by its own reads, not by the last one's with its first few.
+    pub fn missed(&mut self, now: Instant, judged_over: Duration) -> Option<Duration> {
         let started = *self.started.get_or_insert(now);
         let over = now.saturating_duration_since(started);
-        if over > JUDGED_OVER * 2 {
+        if over > judged_over * 2 {
             *self = Self {
                 started: Some(now),
                 last_sleep: self.last_sleep,
@@ -97,7 +104,7 @@ impl Window {
             };
         }
         self.missed = self.missed.saturating_add(1);
-        if self.missed < MISSES_TO_RETIRE || over < JUDGED_OVER {
+        if self.missed < MISSES_TO_RETIRE || over < judged_over {
             return None;
         }
         let answered_enough = self.answered.saturating_mul(MISSES_TO_RETIRE) >= self.missed;
@@ -115,6 +122,9 @@ mod tests {
     use super::*;
     use crate::cache::rest::REST_MIN;
 
+    /// The period where progress answers move copies.
+    const JUDGED_OVER: Duration = SYNC_WINDOW.saturating_add(CATCH_UP_WAIT);
+
     /// `misses` misses spread evenly over `over`, from `from`, with `answers` answers among them; the sleep the
     /// last miss started, if any.
     fn period(
@@ -130,7 +140,7 @@ mod tests {
         let mut slept = None;
         for n in 0..misses {
             let at = from + over * n / (misses - 1).max(1);
-            if let Some(length) = window.missed(at) {
+            if let Some(length) = window.missed(at, JUDGED_OVER) {
                 assert!(slept.is_none(), "one judgement per period");
                 slept = Some(length);
             }
@@ -186,18 +196,21 @@ mod tests {
             None
         );
         // The next miss completes the period.
-        assert_eq!(window.missed(t + JUDGED_OVER), Some(REST_MIN));
+        assert_eq!(window.missed(t + JUDGED_OVER, JUDGED_OVER), Some(REST_MIN));
         // Too few misses over the period: not judged.
         let mut window = Window::default();
         let (few, from) = (MISSES_TO_RETIRE - 1, t + JUDGED_OVER * 10);
         assert_eq!(period(&mut window, from, JUDGED_OVER, few, 0), None);
         // ... until enough come within twice the period,
-        assert_eq!(window.missed(from + JUDGED_OVER * 2), Some(REST_MIN));
+        assert_eq!(
+            window.missed(from + JUDGED_OVER * 2, JUDGED_OVER),
+            Some(REST_MIN)
+        );
         // ... and never if they are spread wider: the period begins again.
         let from = from + JUDGED_OVER * 10;
         assert_eq!(period(&mut window, from, JUDGED_OVER, few, 0), None);
         let late = from + JUDGED_OVER * 2 + Duration::from_millis(1);
-        assert_eq!(window.missed(late), None);
+        assert_eq!(window.missed(late, JUDGED_OVER), None);
     }
 
     #[test]
@@ -219,6 +232,19 @@ mod tests {
             period(&mut window, rest, JUDGED_OVER, MISSES_TO_RETIRE, 500),
             None
         );
+    }
+
+    #[test]
+    fn the_period_is_shorter_where_no_reader_waits_for_a_progress_answer() {
+        assert_eq!(judged_over(true), JUDGED_OVER);
+        assert!(judged_over(false) < judged_over(true));
+        let t = Instant::now();
+        let mut window = Window::default();
+        let short = judged_over(false);
+        for n in 0..MISSES_TO_RETIRE - 1 {
+            assert_eq!(window.missed(t + short * n / MISSES_TO_RETIRE, short), None);
+        }
+        assert_eq!(window.missed(t + short, short), Some(REST_MIN));
     }
 
     #[test]
