@@ -18,7 +18,7 @@ use super::feed::SYNC_WINDOW;
 use super::rest::next_rest;
 use super::store::MISSES_TO_RETIRE;
 
-/// How long the copies are watched answer before the cache is judged: longer than a copy that can answer takes to
+/// How long the cache watches its copies answer before it is judged: longer than a copy that can answer takes to
 /// start. etcd confirms its watcher within a round trip and syncs it within two of its resync periods
 /// ([`SYNC_WINDOW`]), after which the copy's own events reach it; where progress answers move copies (etcd from
 /// 3.5.8, or a version not known yet) a serializable read behind may also wait [`CATCH_UP_WAIT`] for one. Shorter
@@ -95,14 +95,14 @@ impl Window {
     /// by its own reads, not by the last one's with its first few.
     pub fn missed(&mut self, now: Instant, judged_over: Duration) -> Option<Duration> {
         let started = *self.started.get_or_insert(now);
-        let over = now.saturating_duration_since(started);
-        if over > judged_over * 2 {
+        if now.saturating_duration_since(started) > judged_over * 2 {
             *self = Self {
                 started: Some(now),
                 last_sleep: self.last_sleep,
                 ..Self::default()
             };
         }
+        let over = now.saturating_duration_since(self.started.unwrap_or(now));
         self.missed = self.missed.saturating_add(1);
         if self.missed < MISSES_TO_RETIRE || over < judged_over {
             return None;
