@@ -21,12 +21,11 @@ use tokio::time::Instant;
 
 use super::rest::Resting;
 use super::sleep::Window;
-use super::store::{Evicted, Retired, Store, WatchId};
+use super::store::{Evicted, Retired, SYNC_WINDOW, Store, WatchId};
 use crate::metrics::Metrics;
 use crate::upstream::etcd_version;
 use crate::upstream::identity::Identity;
 use crate::upstream::{Upstream, shutting_down};
-use crate::watch::hub::ETCD_RESYNC_PERIOD;
 use crate::watch::{LocalStream, StreamHandle, WatchService};
 
 /// How often the cache asks the active member's version again (see [`Feed::learn_version`]).
@@ -54,11 +53,6 @@ pub struct State {
     /// When the last copy's watcher was created.
     new_watchers: NewWatchers,
 }
-
-/// How long after a copy's watcher is created etcd may still be syncing it: etcd syncs a watcher created from a
-/// revision it has reached (as a copy's is) within its resync period, and the watch actor asks for progress again
-/// one period after a request etcd may have dropped meanwhile; two periods cover both.
-pub const SYNC_WINDOW: std::time::Duration = ETCD_RESYNC_PERIOD.saturating_mul(2);
 
 impl State {
     /// Whether a member said a version whose progress answers cannot move copies (etcd before 3.5.8).
@@ -355,6 +349,7 @@ impl Feed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watch::hub::ETCD_RESYNC_PERIOD;
 
     #[test]
     fn a_watcher_may_be_syncing_for_two_of_etcds_resync_periods_after_it_was_created() {

@@ -14,9 +14,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::CATCH_UP_WAIT;
-use super::feed::SYNC_WINDOW;
 use super::rest::next_rest;
-use super::store::MISSES_TO_RETIRE;
+use super::store::{MISSES_TO_RETIRE, SYNC_WINDOW};
 
 /// How long the cache watches its copies answer before it is judged: longer than a copy that can answer takes to
 /// start. etcd confirms its watcher within a round trip and syncs it within two of its resync periods

@@ -12,6 +12,7 @@ use proto::mvccpb::{Event, KeyValue, event::EventType};
 use tokio::time::Instant;
 
 use super::query::KeyRange;
+use crate::watch::hub::ETCD_RESYNC_PERIOD;
 
 /// What a copy holds beyond its keys' bytes, counted against the bound: a key's place in the map and its fields.
 const KEY_OVERHEAD: usize = 96;
@@ -35,6 +36,11 @@ pub const MISSES_TO_RETIRE: u32 = 32;
 /// linearizable read's progress answer), so that a hot range read thousands of times a second is not retired
 /// while its copy warms up.
 pub const UNANSWERED_FOR: Duration = Duration::from_secs(2);
+
+/// How long after a copy's watcher is created etcd may still be syncing it: etcd syncs a watcher created from a
+/// revision it has reached (as a copy's is) within its resync period, and the watch actor asks for progress again
+/// one period after a request etcd may have dropped meanwhile; two periods cover both.
+pub const SYNC_WINDOW: Duration = ETCD_RESYNC_PERIOD.saturating_mul(2);
 
 /// The watch id of a copy's watcher on the cache's stream.
 pub type WatchId = i64;
