@@ -14,7 +14,8 @@
 //!   stream), RangeStream served from Range for an etcd before 3.7, Watch and LeaseKeepAlive to their coalescers.
 //! - [`cache`]: Range calls answered from copies of ranges a watch keeps current: serializable reads once a copy
 //!   is at the newest revision returned, linearizable ones once it is at etcd's revision learnt after they arrived;
-//!   a copy that keeps failing to answer is retired, and its range rests.
+//!   a copy that keeps failing to answer is retired, and its range rests; a cache whose copies answer next to
+//!   nothing sleeps, every read going to etcd as with the cache off.
 //! - [`leasing`]: `--experimental-leasing-prefix`: etcd's leasing protocol; reads of owned keys answered locally.
 //! - [`watch`]: client watchers coalesced onto shared upstream watchers (one upstream stream per caller token).
 //! - [`lease`]: keep-alive streams coalesced: one upstream stream per caller token (one in all without auth).
